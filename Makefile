@@ -1,0 +1,44 @@
+# propel-curriculum — the two commands a fresh machine needs are `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install run test test-fast lint bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Re-installs only when pyproject.toml changes. torch is pinned and installed first: the CPU
+# wheel of torch==2.13.0 is local here, while an unpinned torch would pull GBs of CUDA packages.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project with dev extras
+
+run: $(STAMP)  ## run the main job on the embedded default (SQLite under ./.propel)
+	$(BIN)/propel db upgrade
+	$(BIN)/propel status
+
+test: $(STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## unit tests only
+	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff + mypy
+	$(BIN)/ruff check .
+	$(BIN)/mypy probes curriculum workers daemon
+
+bench: $(STAMP)  ## run the benchmarks (results in benchmarks/results/)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:  ## remove the virtualenv and caches (keeps ./.propel data)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

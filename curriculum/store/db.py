@@ -1,0 +1,88 @@
+"""Engines, sessions and the one dialect-aware primitive the repositories need: insert-ignore."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Table, create_engine, event, make_url
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, sessionmaker
+
+
+class StoreError(Exception):
+    """The store cannot be used (bad URL, unreachable server, schema not migrated)."""
+
+
+def make_engine(url: str, pool_size: int = 5, echo: bool = False) -> Engine:
+    """Create an engine; SQLite gets WAL, foreign keys and a busy timeout, PostgreSQL pre-ping.
+
+    A missing parent directory of a SQLite file is created. ``postgresql://`` URLs use psycopg 3.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as err:  # sqlalchemy raises ArgumentError with a terse message
+        raise StoreError(f"invalid database URL: {err}") from None
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, echo=echo, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(parsed, echo=echo, pool_size=pool_size, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+class Store:
+    """An engine plus a session factory; the handle every repository function takes."""
+
+    def __init__(self, url: str, pool_size: int = 5, echo: bool = False) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool_size=pool_size, echo=echo)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transaction: committed on success, rolled back on any exception."""
+        with self._sessions() as sess, sess.begin():
+            yield sess
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def insert_ignore(sess: Session, model: type[Any], rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> int:
+    """``INSERT … ON CONFLICT (keys) DO NOTHING`` into ``model``'s table; returns rows inserted.
+
+    Works on PostgreSQL and SQLite (≥ 3.35 for RETURNING).
+    """
+    if not rows:
+        return 0
+    table: Table = model.__table__
+    dialect = sess.get_bind().dialect.name
+    if dialect == "postgresql":
+        stmt: Any = pg_insert(table).values(list(rows)).on_conflict_do_nothing(index_elements=list(keys))
+    elif dialect == "sqlite":
+        stmt = sqlite_insert(table).values(list(rows)).on_conflict_do_nothing(index_elements=list(keys))
+    else:
+        raise StoreError(f"unsupported database dialect {dialect!r}: use PostgreSQL or SQLite")
+    # rowcount is unreliable for multi-row inserts (psycopg batches them); count RETURNING rows.
+    pk = next(iter(table.primary_key.columns))
+    return len(sess.execute(stmt.returning(pk)).all())

@@ -1,0 +1,283 @@
+"""SQLAlchemy 2 typed ORM schema of the store (PostgreSQL in production, SQLite embedded).
+
+Natural keys carry unique constraints so that every write path can be idempotent
+(``ON CONFLICT DO NOTHING``): a task is unique per (domain, content hash), a trial per
+(task, solver, attempt), a label per (task, solver, source), a probe score per (task, probe).
+Constraint names follow one naming convention so Alembic migrations work on both databases.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TRIAL_OUTCOMES = ("pass", "fail", "null")
+QUEUE_STATES = ("ready", "leased", "acked", "dead")
+PROBE_ROLES = ("primary", "aux")
+FP_SIDES = ("too_easy", "too_hard")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on both databases.
+
+    PostgreSQL keeps ``timestamptz``; SQLite has no time zones, so values are stored as naive UTC
+    (which sorts and compares correctly as text) and read back as aware UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, datetime: UTCDateTime()}
+
+
+class Run(Base):
+    """One service run (a named, configured daemon lifetime that may span restarts)."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TaskRow(Base):
+    """A generated task: text, structured payload, validity, topic and generator provenance."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("domain", "content_hash"),
+        Index("ix_tasks_run_created", "run_id", "created_at"),
+        Index("ix_tasks_run_cycle", "run_id", "cycle"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    domain: Mapped[str] = mapped_column(String(32))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    valid: Mapped[bool] = mapped_column(Boolean)
+    invalid_reason: Mapped[str | None] = mapped_column(Text)
+    topic: Mapped[str | None] = mapped_column(String(128))
+    cycle: Mapped[int | None] = mapped_column(Integer)
+    generator_step: Mapped[int | None] = mapped_column(Integer)
+    adapter_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProbeRow(Base):
+    """Registry of trained probes (primary or auxiliary) with metadata and artifact location."""
+
+    __tablename__ = "probes"
+    __table_args__ = (CheckConstraint("role IN ('primary', 'aux')", name="role"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    artifact_uri: Mapped[str] = mapped_column(Text)
+    reference_fingerprint: Mapped[str] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    active: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProbeScore(Base):
+    """A probe's logit and probability for a task."""
+
+    __tablename__ = "probe_scores"
+    __table_args__ = (UniqueConstraint("task_id", "probe_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id", ondelete="CASCADE"), index=True)
+    logit: Mapped[float] = mapped_column(Float)
+    probability: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SolverTrial(Base):
+    """One solver attempt at a task: pass, fail or null (timeout/infra error, excluded from counts)."""
+
+    __tablename__ = "solver_trials"
+    __table_args__ = (
+        UniqueConstraint("task_id", "solver_id", "attempt"),
+        CheckConstraint("outcome IN ('pass', 'fail', 'null')", name="outcome"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    solver_id: Mapped[str] = mapped_column(String(256))
+    attempt: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(8))
+    reason: Mapped[str | None] = mapped_column(Text)
+    answer: Mapped[str | None] = mapped_column(Text)
+    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Label(Base):
+    """Utility label of a task for a solver: solves over valid trials and whether it is in band."""
+
+    __tablename__ = "labels"
+    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    solver_id: Mapped[str] = mapped_column(String(256))
+    source: Mapped[str] = mapped_column(String(16), default="spotcheck")
+    k: Mapped[int] = mapped_column(Integer)
+    solved: Mapped[int] = mapped_column(Integer)
+    valid_trials: Mapped[int] = mapped_column(Integer)
+    band_lo: Mapped[int] = mapped_column(Integer)
+    band_hi: Mapped[int] = mapped_column(Integer)
+    in_band: Mapped[bool | None] = mapped_column(Boolean)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FalsePositive(Base):
+    """A valid task a probe scored as frontier whose real solve count fell outside the band."""
+
+    __tablename__ = "false_positives"
+    __table_args__ = (
+        UniqueConstraint("task_id", "probe_id"),
+        CheckConstraint("side IN ('too_easy', 'too_hard')", name="side"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id", ondelete="CASCADE"), index=True)
+    side: Mapped[str] = mapped_column(String(16))
+    solved: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    score: Mapped[float] = mapped_column(Float)
+    consumed: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GeneratorCheckpoint(Base):
+    """A saved LoRA adapter (plus optimizer/RNG state) at a global RL step."""
+
+    __tablename__ = "generator_checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    adapter_hash: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class QueueItem(Base):
+    """The durable downstream queue (a lease table): one row per emitted task."""
+
+    __tablename__ = "queue"
+    __table_args__ = (
+        CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead')", name="state"),
+        Index("ix_queue_state_lease", "state", "lease_until"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    state: Mapped[str] = mapped_column(String(8), default="ready")
+    message: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    topic: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None] = mapped_column()
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    consumer: Mapped[str | None] = mapped_column(String(128))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    outcome_solved: Mapped[int | None] = mapped_column(Integer)
+    outcome_n: Mapped[int | None] = mapped_column(Integer)
+    outcome_solver: Mapped[str | None] = mapped_column(String(256))
+    enqueued_at: Mapped[datetime] = mapped_column(default=utcnow)
+    acked_at: Mapped[datetime | None] = mapped_column()
+
+
+class MetricPoint(Base):
+    """One metric value at one cycle of a run."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (
+        UniqueConstraint("run_id", "cycle", "name"),
+        Index("ix_metrics_run_name_cycle", "run_id", "name", "cycle"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    cycle: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AlertRow(Base):
+    """An alert's lifecycle: fired at a cycle, resolved later (or still open)."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_run_rule", "run_id", "rule"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rule: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    metric: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    cycle_fired: Mapped[int] = mapped_column(Integer)
+    cycle_resolved: Mapped[int | None] = mapped_column(Integer)
+    fired_at: Mapped[datetime] = mapped_column(default=utcnow)
+    resolved_at: Mapped[datetime | None] = mapped_column()
+    mitigation: Mapped[str | None] = mapped_column(String(64))
+
+
+class DaemonState(Base):
+    """Per-run driver state: phase, counters, heartbeat and the leader lease."""
+
+    __tablename__ = "daemon_state"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    phase: Mapped[str] = mapped_column(String(16), default="rl")
+    cycle: Mapped[int] = mapped_column(Integer, default=0)
+    counters: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    leader_id: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

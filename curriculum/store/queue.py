@@ -1,0 +1,133 @@
+"""The durable downstream queue: a lease table in the store.
+
+Semantics (at-least-once delivery, idempotent ack):
+
+* ``enqueue`` adds one row per task (unique on task id, so emitting a task twice is a no-op); call
+  it in the same transaction that marks the task emitted (outbox).
+* ``lease(n, lease_s)`` hands out up to ``n`` rows that are ``ready`` or whose lease expired, with a
+  fresh lease token, and counts an attempt. PostgreSQL uses ``FOR UPDATE SKIP LOCKED`` so
+  concurrent consumers never block on or receive each other's rows; SQLite serialises writers,
+  so the same single ``UPDATE … RETURNING`` statement is atomic there.
+* A row whose lease expired after ``max_attempts`` deliveries is dead-lettered instead of leased.
+* ``ack`` records the trainer's outcome once; acking again is a no-op that reports the first ack.
+  An ack carrying a lease token that is no longer the row's current lease is refused (the task has
+  been redelivered to someone else), unless that other lease has been acked already.
+* ``nack`` returns a leased row to ``ready`` at once (or to ``dead`` once attempts are spent).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from curriculum.store.db import insert_ignore
+from curriculum.store.models import QueueItem, utcnow
+
+
+class AckStatus(StrEnum):
+    ACKED = "acked"
+    ALREADY_ACKED = "already_acked"
+    NOT_FOUND = "not_found"
+    LEASE_LOST = "lease_lost"
+    NOT_LEASED = "not_leased"
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A leased queue row as a consumer sees it."""
+
+    queue_id: int
+    task_id: int
+    lease_token: str
+    lease_until: datetime
+    attempts: int
+    message: dict[str, Any]
+
+
+def enqueue(sess: Session, items: list[tuple[int, int | None, str | None, dict[str, Any]]]) -> int:
+    """Add ``(task_id, run_id, topic, message)`` rows; tasks already queued are skipped."""
+    now = utcnow()
+    rows = [{"task_id": t, "run_id": r, "topic": topic, "message": msg, "state": "ready",
+             "attempts": 0, "enqueued_at": now} for t, r, topic, msg in items]
+    return insert_ignore(sess, QueueItem, rows, ["task_id"])
+
+
+def dead_letter_expired(sess: Session, max_attempts: int, now: datetime | None = None) -> int:
+    """Move rows whose lease expired after ``max_attempts`` deliveries to ``dead``."""
+    now = now or utcnow()
+    stmt = update(QueueItem).where(
+        QueueItem.state == "leased", QueueItem.lease_until < now, QueueItem.attempts >= max_attempts,
+    ).values(state="dead", lease_token=None).returning(QueueItem.id)
+    return len(sess.execute(stmt.execution_options(synchronize_session=False)).all())
+
+
+def lease(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: int,
+          now: datetime | None = None) -> list[Leased]:
+    """Lease up to ``n`` visible rows for ``lease_s`` seconds to ``consumer``."""
+    if n < 1:
+        return []
+    now = now or utcnow()
+    dead_letter_expired(sess, max_attempts, now)
+    visible = or_(QueueItem.state == "ready",
+                  and_(QueueItem.state == "leased", QueueItem.lease_until < now))
+    pick = (select(QueueItem.id).where(visible).order_by(QueueItem.id).limit(n)
+            .with_for_update(skip_locked=True))
+    ids = list(sess.scalars(pick))
+    if not ids:
+        return []
+    until = now + timedelta(seconds=lease_s)
+    out = []
+    for qid in ids:  # one token per row: a redelivered row must not share a token with its old lease
+        token = secrets.token_hex(16)
+        row = sess.execute(update(QueueItem).where(QueueItem.id == qid).values(
+            state="leased", lease_until=until, lease_token=token, consumer=consumer,
+            attempts=QueueItem.attempts + 1,
+        ).returning(QueueItem.task_id, QueueItem.attempts, QueueItem.message)).one()
+        out.append(Leased(qid, int(row.task_id), token, until, int(row.attempts), dict(row.message)))
+    return out
+
+
+def ack(sess: Session, task_id: int, *, solved: int, n: int, solver: str,
+        lease_token: str | None = None, now: datetime | None = None) -> AckStatus:
+    """Record a trainer's outcome for a task (``solved`` of ``n``); idempotent."""
+    now = now or utcnow()
+    row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
+    if row is None:
+        return AckStatus.NOT_FOUND
+    if row.state == "acked":
+        return AckStatus.ALREADY_ACKED
+    if row.state != "leased":
+        return AckStatus.NOT_LEASED
+    if lease_token is not None and lease_token != row.lease_token:
+        return AckStatus.LEASE_LOST
+    row.state, row.acked_at, row.lease_token = "acked", now, None
+    row.outcome_solved, row.outcome_n, row.outcome_solver = solved, n, solver
+    return AckStatus.ACKED
+
+
+def nack(sess: Session, task_id: int, max_attempts: int, lease_token: str | None = None) -> AckStatus:
+    """Give a leased task back (``ready``), or dead-letter it when its attempts are spent."""
+    row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
+    if row is None:
+        return AckStatus.NOT_FOUND
+    if row.state == "acked":
+        return AckStatus.ALREADY_ACKED
+    if row.state != "leased":
+        return AckStatus.NOT_LEASED
+    if lease_token is not None and lease_token != row.lease_token:
+        return AckStatus.LEASE_LOST
+    row.state = "dead" if row.attempts >= max_attempts else "ready"
+    row.lease_until, row.lease_token = None, None
+    return AckStatus.ACKED
+
+
+def ready_count(sess: Session) -> int:
+    """Tasks waiting to be leased (the backpressure measure)."""
+    return int(sess.execute(select(func.count()).select_from(QueueItem)
+                            .where(QueueItem.state == "ready")).scalar_one())

@@ -1,0 +1,235 @@
+"""Repository functions over the store. Every insert of a natural key is idempotent.
+
+Functions take an open :class:`~sqlalchemy.orm.Session` (so callers compose them into one
+transaction, e.g. task state + queue row in the emission outbox) and work on PostgreSQL and SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from curriculum.store.db import insert_ignore
+from curriculum.store.models import (
+    FP_SIDES,
+    PROBE_ROLES,
+    TRIAL_OUTCOMES,
+    AlertRow,
+    Base,
+    DaemonState,
+    FalsePositive,
+    GeneratorCheckpoint,
+    Label,
+    MetricPoint,
+    ProbeRow,
+    ProbeScore,
+    QueueItem,
+    Run,
+    SolverTrial,
+    TaskRow,
+    utcnow,
+)
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A task to store; ``content_hash`` is the dedupe key within ``domain``."""
+
+    domain: str
+    content_hash: str
+    text: str
+    valid: bool
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    invalid_reason: str | None = None
+    topic: str | None = None
+    cycle: int | None = None
+    generator_step: int | None = None
+    adapter_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    task_id: int
+    solver_id: str
+    attempt: int
+    outcome: str
+    reason: str | None = None
+    answer: str | None = None
+    latency_s: float = 0.0
+
+
+def get_or_create_run(sess: Session, name: str, config_hash: str, config: Mapping[str, Any]) -> int:
+    """The id of run ``name``, created on first use (the config of the first start is kept)."""
+    insert_ignore(
+        sess, Run, [{"name": name, "config_hash": config_hash, "config": dict(config),
+                               "created_at": utcnow()}], ["name"]
+    )
+    return int(sess.scalars(select(Run.id).where(Run.name == name)).one())
+
+
+def add_tasks(sess: Session, run_id: int | None, tasks: Sequence[NewTask]) -> list[int]:
+    """Insert tasks, skipping ones already stored; returns the id of each, in input order."""
+    now = utcnow()
+    rows = [
+        {"run_id": run_id, "domain": t.domain, "content_hash": t.content_hash, "text": t.text,
+         "payload": dict(t.payload), "valid": t.valid, "invalid_reason": t.invalid_reason,
+         "topic": t.topic, "cycle": t.cycle, "generator_step": t.generator_step,
+         "adapter_hash": t.adapter_hash, "created_at": now}
+        for t in tasks
+    ]
+    insert_ignore(sess, TaskRow, rows, ["domain", "content_hash"])
+    ids: dict[tuple[str, str], int] = {}
+    for domain in {t.domain for t in tasks}:
+        hashes = [t.content_hash for t in tasks if t.domain == domain]
+        for chunk in _chunks(hashes, 500):
+            q = select(TaskRow.id, TaskRow.content_hash).where(
+                TaskRow.domain == domain, TaskRow.content_hash.in_(chunk)
+            )
+            ids.update({(domain, h): i for i, h in sess.execute(q)})
+    return [ids[(t.domain, t.content_hash)] for t in tasks]
+
+
+def record_probe_scores(sess: Session, probe_id: int, scores: Iterable[tuple[int, float, float]]) -> int:
+    """Store ``(task_id, logit, probability)`` for a probe; re-scoring a task is a no-op."""
+    now = utcnow()
+    rows = [{"task_id": t, "probe_id": probe_id, "logit": float(lg), "probability": float(p),
+             "created_at": now} for t, lg, p in scores]
+    return insert_ignore(sess, ProbeScore, rows, ["task_id", "probe_id"])
+
+
+def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
+    """Insert solver trials idempotently on ``(task, solver, attempt)``; returns rows inserted."""
+    for t in trials:
+        if t.outcome not in TRIAL_OUTCOMES:
+            raise ValueError(f"trial outcome must be one of {TRIAL_OUTCOMES}, got {t.outcome!r}")
+    now = utcnow()
+    rows = [{"task_id": t.task_id, "solver_id": t.solver_id, "attempt": t.attempt,
+             "outcome": t.outcome, "reason": t.reason, "answer": t.answer,
+             "latency_s": t.latency_s, "created_at": now} for t in trials]
+    inserted = 0
+    for chunk in _chunks(rows, 1000):
+        inserted += insert_ignore(sess, SolverTrial, chunk, ["task_id", "solver_id", "attempt"])
+    return inserted
+
+
+def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
+                 valid_trials: int, band: tuple[int, int], in_band: bool | None) -> None:
+    """Create or overwrite the label of ``(task, solver, source)``."""
+    values = {"k": k, "solved": solved, "valid_trials": valid_trials, "band_lo": band[0],
+              "band_hi": band[1], "in_band": in_band, "updated_at": utcnow()}
+    key = {"task_id": task_id, "solver_id": solver_id, "source": source}
+    inserted = insert_ignore(sess, Label, [{**key, **values}], list(key))
+    if not inserted:
+        sess.execute(update(Label).where(*[getattr(Label, c) == v for c, v in key.items()]).values(**values))
+
+
+def add_false_positives(sess: Session, probe_id: int, rows: Iterable[tuple[int, str, int, int, float]]) -> int:
+    """Record ``(task_id, side, solved, k, score)`` false positives of a probe; idempotent."""
+    out = []
+    for task_id, side, solved, k, score in rows:
+        if side not in FP_SIDES:
+            raise ValueError(f"false-positive side must be one of {FP_SIDES}, got {side!r}")
+        out.append({"task_id": task_id, "probe_id": probe_id, "side": side, "solved": solved, "k": k,
+                    "score": score, "consumed": False, "created_at": utcnow()})
+    return insert_ignore(sess, FalsePositive, out, ["task_id", "probe_id"])
+
+
+def register_probe(sess: Session, name: str, role: str, artifact_uri: str, reference_fingerprint: str,
+                   meta: Mapping[str, Any], active: bool = False) -> int:
+    """Register a probe artifact (idempotent on ``name``); returns its id."""
+    if role not in PROBE_ROLES:
+        raise ValueError(f"probe role must be one of {PROBE_ROLES}, got {role!r}")
+    insert_ignore(sess, ProbeRow, [{
+        "name": name, "role": role, "artifact_uri": artifact_uri,
+        "reference_fingerprint": reference_fingerprint, "meta": dict(meta), "active": active,
+        "created_at": utcnow()}], ["name"])
+    return int(sess.scalars(select(ProbeRow.id).where(ProbeRow.name == name)).one())
+
+
+def set_active_probes(sess: Session, probe_ids: Sequence[int]) -> None:
+    """Make exactly ``probe_ids`` the active set (the reward hot-swaps to them)."""
+    sess.execute(update(ProbeRow).values(active=False))
+    if probe_ids:
+        sess.execute(update(ProbeRow).where(ProbeRow.id.in_(list(probe_ids))).values(active=True))
+
+
+def active_probes(sess: Session) -> list[ProbeRow]:
+    return list(sess.scalars(select(ProbeRow).where(ProbeRow.active).order_by(ProbeRow.id)))
+
+
+def add_checkpoint(sess: Session, run_id: int, step: int, adapter_hash: str, path: str) -> None:
+    insert_ignore(sess, GeneratorCheckpoint, [{
+        "run_id": run_id, "step": step, "adapter_hash": adapter_hash, "path": path,
+        "created_at": utcnow()}], ["run_id", "step"])
+
+
+def latest_checkpoint(sess: Session, run_id: int) -> GeneratorCheckpoint | None:
+    q = select(GeneratorCheckpoint).where(GeneratorCheckpoint.run_id == run_id)
+    return sess.scalars(q.order_by(GeneratorCheckpoint.step.desc()).limit(1)).first()
+
+
+def record_metrics(sess: Session, run_id: int, cycle: int, values: Mapping[str, float]) -> int:
+    """Store one cycle's metrics; a metric already recorded for that cycle keeps its first value."""
+    now = utcnow()
+    rows = [{"run_id": run_id, "cycle": cycle, "name": n, "value": float(v), "at": now}
+            for n, v in values.items()]
+    return insert_ignore(sess, MetricPoint, rows, ["run_id", "cycle", "name"])
+
+
+def metric_history(sess: Session, run_id: int, names: Sequence[str] | None = None) -> list[MetricPoint]:
+    q = select(MetricPoint).where(MetricPoint.run_id == run_id)
+    if names:
+        q = q.where(MetricPoint.name.in_(list(names)))
+    return list(sess.scalars(q.order_by(MetricPoint.cycle, MetricPoint.name)))
+
+
+def fire_alert(sess: Session, run_id: int, *, rule: str, severity: str, metric: str, value: float,
+               threshold: float, cycle: int, mitigation: str | None = None) -> int:
+    row = AlertRow(run_id=run_id, rule=rule, severity=severity, metric=metric, value=value,
+                   threshold=threshold, cycle_fired=cycle, mitigation=mitigation)
+    sess.add(row)
+    sess.flush()
+    return row.id
+
+
+def resolve_alert(sess: Session, alert_id: int, cycle: int, at: datetime | None = None) -> None:
+    sess.execute(update(AlertRow).where(AlertRow.id == alert_id, AlertRow.resolved_at.is_(None))
+                 .values(resolved_at=at or utcnow(), cycle_resolved=cycle))
+
+
+def open_alerts(sess: Session, run_id: int) -> list[AlertRow]:
+    q = select(AlertRow).where(AlertRow.run_id == run_id, AlertRow.resolved_at.is_(None))
+    return list(sess.scalars(q.order_by(AlertRow.id)))
+
+
+def load_state(sess: Session, run_id: int) -> DaemonState:
+    """The driver state row of a run, created (phase ``rl``, cycle 0) on first use."""
+    insert_ignore(sess, DaemonState, [{"run_id": run_id, "phase": "rl", "cycle": 0,
+                                                 "counters": {}, "updated_at": utcnow()}], ["run_id"])
+    return sess.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).one()
+
+
+def save_state(sess: Session, run_id: int, *, phase: str, cycle: int, counters: Mapping[str, Any]) -> None:
+    sess.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(
+        phase=phase, cycle=cycle, counters=dict(counters), updated_at=utcnow()))
+
+
+def table_counts(sess: Session) -> dict[str, int]:
+    """Row count of every table (for ``propel status``)."""
+    return {name: int(sess.execute(select(func.count()).select_from(table)).scalar_one())
+            for name, table in Base.metadata.tables.items()}
+
+
+def queue_depths(sess: Session) -> dict[str, int]:
+    q = select(QueueItem.state, func.count()).group_by(QueueItem.state)
+    return {state: int(n) for state, n in sess.execute(q)}
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

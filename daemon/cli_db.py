@@ -1,0 +1,121 @@
+"""``propel db …`` (migrations) and ``propel status`` (what the store holds)."""
+
+from __future__ import annotations
+
+import click
+from alembic import command
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from rich.table import Table
+
+from curriculum.store import repo
+from curriculum.store.db import Store
+from daemon.config import PropelConfig, mask_url
+from migrations import alembic_config
+
+
+def _config(ctx: click.Context) -> PropelConfig:
+    from daemon.cli import get_config
+
+    return get_config(ctx)
+
+
+def current_revision(store: Store) -> str | None:
+    with store.engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision(url: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the store at ``url`` to ``revision`` (creates the SQLite file if needed)."""
+    store = Store(url)
+    try:
+        cfg = alembic_config(url)
+        with store.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    finally:
+        store.dispose()
+
+
+def downgrade(url: str, revision: str) -> None:
+    store = Store(url)
+    try:
+        cfg = alembic_config(url)
+        with store.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+    finally:
+        store.dispose()
+
+
+@click.group("db")
+def db_group() -> None:
+    """Create and migrate the store's schema (PostgreSQL or SQLite)."""
+
+
+@db_group.command("upgrade")
+@click.argument("revision", default="head")
+@click.pass_context
+def db_upgrade(ctx: click.Context, revision: str) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    url = _config(ctx).database_url
+    upgrade(url, revision)
+    click.echo(f"store {mask_url(url)} is at revision {revision}")
+
+
+@db_group.command("downgrade")
+@click.argument("revision")
+@click.pass_context
+def db_downgrade(ctx: click.Context, revision: str) -> None:
+    """Revert migrations down to REVISION ('base' drops every table: data is lost)."""
+    url = _config(ctx).database_url
+    downgrade(url, revision)
+    click.echo(f"store {mask_url(url)} downgraded to {revision}")
+
+
+@db_group.command("current")
+@click.pass_context
+def db_current(ctx: click.Context) -> None:
+    """Print the store's current revision and the newest one available."""
+    url = _config(ctx).database_url
+    store = Store(url)
+    try:
+        cur = current_revision(store)
+    finally:
+        store.dispose()
+    click.echo(f"current: {cur or '(empty: run `propel db upgrade`)'}  head: {head_revision(url)}")
+
+
+@click.command("status")
+@click.pass_context
+def status_command(ctx: click.Context) -> None:
+    """Show what the store holds: schema revision, row counts, queue, daemon state."""
+    from daemon.cli import console
+
+    cfg = _config(ctx)
+    store = Store(cfg.database_url)
+    try:
+        rev = current_revision(store)
+        if rev is None:
+            raise click.ClickException(
+                f"store {mask_url(cfg.database_url)} has no schema yet: run `propel db upgrade`")
+        with store.session() as sess:
+            counts = repo.table_counts(sess)
+            depths = repo.queue_depths(sess)
+    finally:
+        store.dispose()
+    console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "
+                  f"solver {cfg.solver.backend}", highlight=False)
+    console.print(f"store  {mask_url(cfg.database_url)}  (revision {rev})", highlight=False)
+    table = Table(title="rows", show_header=True)
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, n in sorted(counts.items()):
+        table.add_row(name, str(n))
+    console.print(table)
+    queue = ", ".join(f"{k}={v}" for k, v in sorted(depths.items())) or "empty"
+    console.print(f"queue  {queue}", highlight=False)

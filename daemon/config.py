@@ -1,0 +1,346 @@
+"""Configuration: one TOML file, one frozen pydantic model per component.
+
+Every field has a default that makes the embedded mode work with no file at all (SQLite under
+``data_dir``, in-process workers, the arith demo with the synthetic solver). URLs and secrets may
+come from the environment: ``PROPEL_DATABASE_URL`` → ``store.url``, ``PROPEL_BROKER_URL`` →
+``broker.url``, ``PROPEL_API_TOKEN`` → ``api.token``. Environment values win over the file.
+
+Errors are collected by :func:`load_config` into :class:`ConfigError`, whose ``problems`` name the
+offending key (``spotcheck.band_hi``) and say what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "PROPEL_DATABASE_URL": ("store", "url"),
+    "PROPEL_BROKER_URL": ("broker", "url"),
+    "PROPEL_API_TOKEN": ("api", "token"),
+}
+
+_DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StoreConfig(_Section):
+    """Where tasks, trials, labels, probes, the queue and metrics live."""
+
+    url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; empty → sqlite file <data_dir>/propel.db. "
+        "Use postgresql+psycopg://user@host/db in production.",
+    )
+    pool_size: int = Field(default=5, ge=1, le=100)
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in _DB_SCHEMES:
+            raise ValueError(
+                f"unsupported database URL {_mask(value)!r}: use sqlite:///PATH or "
+                "postgresql+psycopg://USER@HOST:PORT/DB"
+            )
+        if scheme.startswith("postgresql") and "/" not in value.split("://", 1)[1]:
+            raise ValueError("a PostgreSQL URL needs a database name: postgresql+psycopg://HOST/DB")
+        return value
+
+
+class BrokerConfig(_Section):
+    """Celery broker for spot-check and retrain workers; empty → embedded (in-process) mode."""
+
+    url: str | None = Field(default=None, description="redis://HOST:6379/0 or amqp://guest@HOST//")
+    visibility_timeout_s: int = Field(default=3600, ge=60)
+    task_time_limit_s: int = Field(default=1800, ge=10)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in _BROKER_SCHEMES:
+            raise ValueError(
+                f"unsupported broker URL {_mask(value)!r}: use redis://HOST:6379/0 or amqp://USER@HOST//"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> BrokerConfig:
+        if self.task_time_limit_s >= self.visibility_timeout_s:
+            raise ValueError(
+                "broker.task_time_limit_s must be below broker.visibility_timeout_s, or a slow task "
+                "is redelivered while still running; lower the limit or raise the timeout"
+            )
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return self.url is None
+
+
+class DomainConfig(_Section):
+    """Which task domain the generator writes for."""
+
+    name: Literal["arith", "azr", "math"] = "arith"
+    options: dict[str, Any] = Field(default_factory=dict, description="domain-specific options")
+
+
+class GeneratorConfig(_Section):
+    """The trainable generator (a LoRA adapter is trained on top of it)."""
+
+    model: str = Field(default="bootstrap:arith", description="hub id, local path, or bootstrap:DOMAIN")
+    revision: str | None = None
+    max_new_tokens: int = Field(default=48, ge=1)
+    temperature: float = Field(default=1.0, gt=0)
+
+
+class ReferenceConfig(_Section):
+    """The frozen reference model whose hidden states the probes read (may differ from the generator)."""
+
+    model: str | None = Field(default=None, description="empty → same as generator.model")
+    revision: str | None = None
+    batch_size: int = Field(default=64, ge=1)
+
+
+class ProbesConfig(_Section):
+    """Probe heads, ensemble combination and the artifact directory."""
+
+    layer: int = -1
+    pooling: str = "last_token"
+    architecture: Literal["linear", "mlp", "deep_mlp"] = "mlp"
+    ensemble: Literal["min", "mean"] = "min"
+    members: int = Field(default=1, ge=1, le=16)
+    frontier_threshold: float = Field(
+        default=0.5, gt=0, lt=1, description="probability above which a task is probe-high")
+    ece_ceiling: float = Field(default=0.15, gt=0, le=1)
+
+
+class SolverConfig(_Section):
+    """The target solver whose frontier we aim at."""
+
+    backend: Literal["openai", "hf", "synthetic"] = "synthetic"
+    base_url: str | None = Field(default=None, description="OpenAI-compatible server, e.g. http://vllm:8000/v1")
+    model: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_concurrency: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=3, ge=0)
+    temperature: float = Field(default=1.0, ge=0)
+    max_tokens: int = Field(default=512, ge=1)
+
+    @model_validator(mode="after")
+    def _need_url(self) -> SolverConfig:
+        if self.backend == "openai":
+            if not self.base_url:
+                raise ValueError("solver.base_url is required when solver.backend = 'openai'")
+            if not self.base_url.startswith(("http://", "https://")):
+                raise ValueError("solver.base_url must start with http:// or https://")
+            if not self.model:
+                raise ValueError("solver.model is required when solver.backend = 'openai'")
+        if self.backend == "hf" and not self.model:
+            raise ValueError("solver.model (a local path or hub id) is required when solver.backend = 'hf'")
+        return self
+
+
+class SpotCheckConfig(_Section):
+    """Utility label and the solver budget for spot-checks."""
+
+    k: int = Field(default=8, ge=1, description="solver attempts per task")
+    band_lo: int = Field(default=1, ge=0)
+    band_hi: int = Field(default=3, ge=0)
+    min_valid_trials: int = Field(default=6, ge=1)
+    budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
+    budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
+    probe_high_share: float = Field(default=0.75, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _band(self) -> SpotCheckConfig:
+        if self.band_lo > self.band_hi:
+            raise ValueError("spotcheck.band_lo must be ≤ spotcheck.band_hi (the band is [lo, hi] solves)")
+        if self.band_hi > self.k:
+            raise ValueError(f"spotcheck.band_hi ({self.band_hi}) cannot exceed spotcheck.k ({self.k})")
+        if self.min_valid_trials > self.k:
+            raise ValueError(
+                f"spotcheck.min_valid_trials ({self.min_valid_trials}) cannot exceed spotcheck.k ({self.k})"
+            )
+        return self
+
+
+class RLConfig(_Section):
+    """GRPO with a LoRA adapter (paper Appendix 16 where given; CPU-friendly defaults)."""
+
+    steps_per_chunk: int = Field(default=10, ge=1)
+    learning_rate: float = Field(default=1e-3, gt=0)
+    kl_beta: float = Field(default=0.04, ge=0)
+    num_generations: int = Field(default=8, ge=2)
+    batch_size: int = Field(default=16, ge=1)
+    lora_rank: int = Field(default=16, ge=1)
+    lora_alpha: int = Field(default=32, ge=1)
+    lora_dropout: float = Field(default=0.05, ge=0, lt=1)
+    reward: Literal["hard_gate", "soft_gate", "probe_only"] = "hard_gate"
+    invalid_floor_margin: float = Field(default=1.0, gt=0, description="floor = min probe logit − margin")
+    use_vllm: bool = False
+    bf16: bool = False
+
+    @model_validator(mode="after")
+    def _divisible(self) -> RLConfig:
+        if self.batch_size % self.num_generations:
+            raise ValueError(
+                f"rl.batch_size ({self.batch_size}) must be a multiple of rl.num_generations "
+                f"({self.num_generations}); e.g. set rl.batch_size = {self.num_generations * 2}"
+            )
+        return self
+
+
+class EmissionConfig(_Section):
+    """Which tasks go to the downstream queue."""
+
+    min_probability: float = Field(default=0.5, ge=0, le=1)
+    max_topic_share: float = Field(default=0.4, gt=0, le=1)
+    high_water_mark: int = Field(default=10_000, ge=1)
+    max_attempts: int = Field(default=5, ge=1)
+    default_lease_s: int = Field(default=600, ge=1)
+
+
+class AlertsConfig(_Section):
+    """Collapse-metric sample size and webhook sink."""
+
+    sample_size: int = Field(default=256, ge=8, description="fixed sample for Self-BLEU-3 / Distinct-3")
+    webhook_url: str | None = None
+
+
+class ApiConfig(_Section):
+    """The HTTP API (pull/ack, health, metrics, dashboard)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    token: str | None = Field(default=None, repr=False)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+
+
+class PropelConfig(_Section):
+    """The whole service configuration."""
+
+    data_dir: Path = Field(default=Path(".propel"), description="embedded database, models, artifacts")
+    run_name: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    store: StoreConfig = StoreConfig()
+    broker: BrokerConfig = BrokerConfig()
+    domain: DomainConfig = DomainConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    probes: ProbesConfig = ProbesConfig()
+    solver: SolverConfig = SolverConfig()
+    spotcheck: SpotCheckConfig = SpotCheckConfig()
+    rl: RLConfig = RLConfig()
+    emission: EmissionConfig = EmissionConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    api: ApiConfig = ApiConfig()
+
+    @model_validator(mode="after")
+    def _cross(self) -> PropelConfig:
+        if self.solver.backend == "synthetic" and self.domain.name != "arith":
+            raise ValueError(
+                "solver.backend = 'synthetic' only works with domain.name = 'arith'; "
+                "use 'openai' (a vLLM/SGLang server) or 'hf' for other domains"
+            )
+        return self
+
+    @property
+    def database_url(self) -> str:
+        """The store URL with the embedded default resolved."""
+        return self.store.url or f"sqlite:///{(self.data_dir / 'propel.db').as_posix()}"
+
+    @property
+    def reference_model(self) -> str:
+        return self.reference.model or self.generator.model
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; ``problems`` holds ``(key, message)`` pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: {len(problems)} configuration error(s)"]
+        lines += [f"  {key}: {msg}" for key, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+def _mask(url: str) -> str:
+    """Hide the password of a URL (``user:***@host``)."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+mask_url = _mask
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for var, (section, key) in ENV_OVERRIDES.items():
+        if env.get(var):
+            sect = merged.setdefault(section, {})
+            if isinstance(sect, dict):
+                sect[key] = env[var]
+    if env.get("PROPEL_DATA_DIR"):
+        merged["data_dir"] = env["PROPEL_DATA_DIR"]
+    return merged
+
+
+def _problems(err: ValidationError) -> list[tuple[str, str]]:
+    out = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key: remove it or check its spelling (see examples/*.toml)"
+        elif e["type"] == "missing":
+            msg = "required value is missing"
+        out.append((key, msg))
+    return out
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], source: str = "<config>", env: Mapping[str, str] | None = None
+) -> PropelConfig:
+    """Validate a mapping (a parsed TOML document) with environment overrides applied."""
+    merged = _apply_env(dict(data), os.environ if env is None else env)
+    try:
+        return PropelConfig.model_validate(merged)
+    except ValidationError as err:
+        raise ConfigError(source, _problems(err)) from None
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> PropelConfig:
+    """Load and validate ``path`` (``None`` → defaults only); raises :class:`ConfigError`."""
+    if path is None:
+        return config_from_mapping({}, "<defaults>", env)
+    source = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(source, [("(file)", "no such file")]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise ConfigError(source, [("(file)", f"cannot read: {err}")]) from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(source, [("(syntax)", f"invalid TOML: {err}")]) from None
+    return config_from_mapping(data, source, env)

@@ -1,0 +1,163 @@
+"""The store suite: every repository function on SQLite and on the real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from curriculum.store import queue, repo
+from curriculum.store.db import Store
+from curriculum.store.models import ProbeScore, SolverTrial, TaskRow, utcnow
+
+pytestmark = pytest.mark.integration
+
+
+def _tasks(n: int, start: int = 0, domain: str = "arith") -> list[repo.NewTask]:
+    return [repo.NewTask(domain=domain, content_hash=f"h{i:04d}", text=f"{i}+1", valid=i % 5 != 0,
+                         payload={"answer": i + 1}, topic=f"add:{i % 3}")
+            for i in range(start, start + n)]
+
+
+def _run(store: Store) -> int:
+    with store.session() as s:
+        return repo.get_or_create_run(s, "r1", "cfg", {"a": 1})
+
+
+def test_run_is_created_once(store: Store) -> None:
+    first = _run(store)
+    assert _run(store) == first
+
+
+def test_add_tasks_is_idempotent_and_returns_ids_in_order(store: Store) -> None:
+    run_id = _run(store)
+    with store.session() as s:
+        ids = repo.add_tasks(s, run_id, _tasks(10))
+    with store.session() as s:
+        again = repo.add_tasks(s, run_id, list(reversed(_tasks(12))))
+        count = s.execute(select(func.count()).select_from(TaskRow)).scalar_one()
+    assert count == 12
+    assert list(reversed(again))[:10] == ids
+    # same content hash in another domain is another task
+    with store.session() as s:
+        other = repo.add_tasks(s, run_id, _tasks(1, domain="azr"))
+    assert other[0] not in ids
+
+
+def test_trials_unique_per_task_solver_attempt(store: Store) -> None:
+    with store.session() as s:
+        (tid,) = repo.add_tasks(s, None, _tasks(1))
+    trials = [repo.NewTrial(tid, "synthetic:arith", a, "pass" if a % 2 else "fail") for a in range(8)]
+    with store.session() as s:
+        assert repo.add_trials(s, trials) == 8
+    with store.session() as s:
+        assert repo.add_trials(s, [*trials, repo.NewTrial(tid, "other", 0, "null", reason="timeout")]) == 1
+        assert s.execute(select(func.count()).select_from(SolverTrial)).scalar_one() == 9
+    with pytest.raises(ValueError, match="outcome"), store.session() as s:
+        repo.add_trials(s, [repo.NewTrial(tid, "x", 0, "maybe")])
+
+
+def test_label_upsert_overwrites(store: Store) -> None:
+    with store.session() as s:
+        (tid,) = repo.add_tasks(s, None, _tasks(1))
+        repo.upsert_label(s, tid, "sol", "spotcheck", k=8, solved=0, valid_trials=8, band=(1, 3), in_band=False)
+    with store.session() as s:
+        repo.upsert_label(s, tid, "sol", "spotcheck", k=8, solved=2, valid_trials=8, band=(1, 3), in_band=True)
+        repo.upsert_label(s, tid, "sol", "consumer", k=4, solved=4, valid_trials=4, band=(1, 3), in_band=False)
+    from curriculum.store.models import Label
+
+    with store.session() as s:
+        rows = {r.source: r for r in s.scalars(select(Label))}
+    assert rows["spotcheck"].solved == 2 and rows["spotcheck"].in_band is True
+    assert rows["consumer"].k == 4
+
+
+def test_probes_scores_false_positives(store: Store) -> None:
+    with store.session() as s:
+        ids = repo.add_tasks(s, None, _tasks(4))
+        p1 = repo.register_probe(s, "p1", "primary", "file:///p1", "fp", {"layer": 1})
+        p2 = repo.register_probe(s, "aux1", "aux", "file:///a1", "fp", {})
+        assert repo.register_probe(s, "p1", "primary", "file:///other", "fp", {}) == p1
+        repo.set_active_probes(s, [p1, p2])
+        assert repo.record_probe_scores(s, p1, [(i, 1.5, 0.8) for i in ids]) == 4
+        assert repo.record_probe_scores(s, p1, [(ids[0], 9.0, 0.9)]) == 0
+        assert repo.add_false_positives(s, p1, [(ids[0], "too_easy", 8, 8, 2.0)]) == 1
+        assert repo.add_false_positives(s, p1, [(ids[0], "too_easy", 8, 8, 2.0)]) == 0
+    with store.session() as s:
+        assert [p.name for p in repo.active_probes(s)] == ["p1", "aux1"]
+        repo.set_active_probes(s, [p2])
+        assert [p.name for p in repo.active_probes(s)] == ["aux1"]
+        assert s.scalars(select(ProbeScore.logit).where(ProbeScore.task_id == ids[0])).one() == 1.5
+    with pytest.raises(ValueError, match="role"), store.session() as s:
+        repo.register_probe(s, "bad", "judge", "x", "fp", {})
+
+
+def test_checkpoints_metrics_alerts_state(store: Store) -> None:
+    run_id = _run(store)
+    with store.session() as s:
+        repo.add_checkpoint(s, run_id, 10, "abc", "/ck/10")
+        repo.add_checkpoint(s, run_id, 20, "def", "/ck/20")
+        repo.add_checkpoint(s, run_id, 20, "zzz", "/ck/dup")
+        repo.record_metrics(s, run_id, 1, {"validity": 0.9, "distinct_3": 0.4})
+        repo.record_metrics(s, run_id, 1, {"validity": 0.1})
+        aid = repo.fire_alert(s, run_id, rule="topic", severity="warning", metric="top_topic_share",
+                              value=0.8, threshold=0.6, cycle=1)
+    with store.session() as s:
+        ck = repo.latest_checkpoint(s, run_id)
+        assert ck is not None and (ck.step, ck.adapter_hash) == (20, "def")
+        hist = {m.name: m.value for m in repo.metric_history(s, run_id)}
+        assert hist == {"validity": 0.9, "distinct_3": 0.4}
+        assert [a.id for a in repo.open_alerts(s, run_id)] == [aid]
+        repo.resolve_alert(s, aid, cycle=3)
+        assert repo.open_alerts(s, run_id) == []
+        st = repo.load_state(s, run_id)
+        assert (st.phase, st.cycle) == ("rl", 0)
+        repo.save_state(s, run_id, phase="emit", cycle=4, counters={"emitted": 7})
+    with store.session() as s:
+        st = repo.load_state(s, run_id)
+        assert (st.phase, st.cycle, st.counters) == ("emit", 4, {"emitted": 7})
+        counts = repo.table_counts(s)
+    assert counts["generator_checkpoints"] == 2 and counts["alerts"] == 1
+
+
+def _queued(store: Store, n: int) -> list[int]:
+    with store.session() as s:
+        ids = repo.add_tasks(s, None, _tasks(n))
+        assert queue.enqueue(s, [(i, None, "add:1", {"id": i}) for i in ids]) == n
+        assert queue.enqueue(s, [(ids[0], None, "add:1", {"id": ids[0]})]) == 0
+    return ids
+
+
+def test_queue_lease_ack_nack_expiry_dead_letter(store: Store) -> None:
+    ids = _queued(store, 5)
+    now = utcnow()
+    with store.session() as s:
+        first = queue.lease(s, 3, 60, "c1", max_attempts=2, now=now)
+        second = queue.lease(s, 3, 60, "c2", max_attempts=2, now=now)
+    assert [x.task_id for x in first] == ids[:3] and [x.task_id for x in second] == ids[3:]
+    with store.session() as s:
+        assert queue.lease(s, 3, 60, "c3", max_attempts=2, now=now) == []
+        assert queue.ack(s, ids[0], solved=2, n=8, solver="t", lease_token=first[0].lease_token) == "acked"
+        assert queue.ack(s, ids[0], solved=5, n=8, solver="t") == queue.AckStatus.ALREADY_ACKED
+        assert queue.nack(s, ids[1], max_attempts=2) == queue.AckStatus.ACKED
+    later = now + timedelta(seconds=61)
+    with store.session() as s:  # ids[1] was nacked; ids[2..4] leases expired
+        again = queue.lease(s, 10, 60, "c4", max_attempts=2, now=later)
+    assert sorted(x.task_id for x in again) == ids[1:]
+    assert all(x.attempts == 2 for x in again)
+    with store.session() as s:  # stale token from the first lease is refused
+        assert queue.ack(s, ids[2], solved=1, n=8, solver="t",
+                         lease_token=first[2].lease_token) == queue.AckStatus.LEASE_LOST
+    with store.session() as s:  # attempts spent + expired → dead letters, nothing leasable
+        assert queue.lease(s, 10, 60, "c5", max_attempts=2, now=later + timedelta(seconds=61)) == []
+        depths = repo.queue_depths(s)
+    assert depths == {"acked": 1, "dead": 4}
+
+
+def test_naive_datetime_is_rejected(store: Store) -> None:
+    from datetime import datetime
+
+    _queued(store, 1)
+    with pytest.raises(Exception, match="naive"), store.session() as s:
+        queue.lease(s, 1, 60, "c", max_attempts=2, now=datetime(2026, 1, 1))
