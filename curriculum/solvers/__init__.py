@@ -1,0 +1,53 @@
+"""Solver backends: ``openai`` (vLLM/SGLang/`transformers serve`), ``hf`` (in-process), ``synthetic``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from curriculum.solvers.base import Completion, Sampling, SolverBackend
+
+__all__ = ["Completion", "DelayedSolver", "Sampling", "SolverBackend", "build_solver"]
+
+
+class DelayedSolver:
+    """Adds a fixed latency per request to another backend — a stand-in for a slow real solver in
+    benchmarks and fault tests (so what is measured is the pipeline, not this machine's CPU)."""
+
+    def __init__(self, inner: SolverBackend, latency_s: float) -> None:
+        self.inner = inner
+        self.latency_s = latency_s
+        self.solver_id = inner.solver_id
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        time.sleep(self.latency_s)
+        return self.inner.generate(prompts, n, sampling)
+
+
+def build_solver(backend: str, *, model: str | None = None, base_url: str | None = None,
+                 timeout_s: float = 120.0, max_concurrency: int = 8, max_retries: int = 3,
+                 api_key: str | None = None, artificial_latency_s: float = 0.0, seed: int = 0,
+                 options: dict[str, Any] | None = None) -> SolverBackend:
+    """Construct a backend by name; import heavy dependencies only for the chosen one."""
+    solver: SolverBackend
+    if backend == "openai":
+        from curriculum.solvers.openai_backend import OpenAICompatibleSolver, RetryPolicy
+
+        if not base_url or not model:
+            raise ValueError("the openai solver needs base_url and model")
+        solver = OpenAICompatibleSolver(base_url, model, api_key=api_key, timeout_s=timeout_s,
+                                        max_concurrency=max_concurrency,
+                                        retry=RetryPolicy(max_retries=max_retries), **(options or {}))
+    elif backend == "hf":
+        from curriculum.solvers.hf import HFSolver
+
+        if not model:
+            raise ValueError("the hf solver needs a model (hub id or local path)")
+        solver = HFSolver.from_pretrained(model, **(options or {}))
+    elif backend == "synthetic":
+        from curriculum.solvers.synthetic import SyntheticArithSolver
+
+        solver = SyntheticArithSolver(seed=seed, **(options or {}))
+    else:
+        raise ValueError(f"unknown solver backend {backend!r}: use openai, hf or synthetic")
+    return DelayedSolver(solver, artificial_latency_s) if artificial_latency_s > 0 else solver

@@ -1,0 +1,94 @@
+"""Real local servers for integration tests: `transformers serve` and a scriptable HTTP server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            httpx.get(url, timeout=2.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+@contextmanager
+def transformers_serve(model_dir: Path, log_path: Path) -> Iterator[str]:
+    """Run `transformers serve MODEL_DIR` on a free port; yields the OpenAI base URL (…/v1)."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("transformers")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(exe), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+                                 "--device", "cpu", "--default-seed", "0"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v1/models", 120, proc)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+Responder = Callable[[dict[str, object], int], tuple[int, dict[str, object]]]
+
+
+@contextmanager
+def scripted_server(respond: Responder) -> Iterator[tuple[str, list[dict[str, object]]]]:
+    """A real HTTP server whose answer to the i-th POST is ``respond(body, i)``; yields (url, requests)."""
+    seen: list[dict[str, object]] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+            with lock:
+                seen.append(body)
+                idx = len(seen) - 1
+            status, payload = respond(body, idx)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
