@@ -64,8 +64,10 @@ class BrokerConfig(_Section):
     """Celery broker for spot-check and retrain workers; empty → embedded (in-process) mode."""
 
     url: str | None = Field(default=None, description="redis://HOST:6379/0 or amqp://guest@HOST//")
-    visibility_timeout_s: int = Field(default=3600, ge=60)
-    task_time_limit_s: int = Field(default=1800, ge=10)
+    visibility_timeout_s: int = Field(default=3600, ge=5)
+    task_time_limit_s: int = Field(default=1800, ge=1)
+    spotcheck_batch_size: int = Field(default=8, ge=1, description="tasks per Celery message")
+    worker_concurrency: int = Field(default=2, ge=1, description="processes per `propel worker`")
 
     @field_validator("url")
     @classmethod
@@ -141,6 +143,9 @@ class SolverConfig(_Section):
     max_retries: int = Field(default=3, ge=0)
     temperature: float = Field(default=1.0, ge=0)
     max_tokens: int = Field(default=512, ge=1)
+    endpoint: Literal["chat", "completions"] = Field(default="chat", description="OpenAI endpoint to call")
+    artificial_latency_s: float = Field(
+        default=0.0, ge=0, description="benchmarks and fault tests only: fixed delay added per request")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:

@@ -1,0 +1,58 @@
+"""``propel worker``: a Celery worker for spot-checks (and later probe retraining)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from daemon.config import PropelConfig
+from workers.runtime import WorkerSettings
+
+
+def worker_settings(cfg: PropelConfig) -> WorkerSettings:
+    """Plain worker settings from the validated config (workers never import the daemon)."""
+    if cfg.broker.url is None:
+        raise click.UsageError("broker.url (or PROPEL_BROKER_URL) is not set: workers need a broker; "
+                               "without one, `propel run` does spot-checks in-process")
+    solver: dict[str, Any] = {"backend": cfg.solver.backend, "model": cfg.solver.model, "base_url": cfg.solver.base_url,
+              "timeout_s": cfg.solver.timeout_s, "max_concurrency": cfg.solver.max_concurrency,
+              "max_retries": cfg.solver.max_retries, "artificial_latency_s": cfg.solver.artificial_latency_s,
+              "seed": cfg.seed}
+    if cfg.solver.backend == "openai":
+        solver["options"] = {"endpoint": cfg.solver.endpoint}
+    return WorkerSettings(
+        database_url=cfg.database_url, broker_url=cfg.broker.url, run_name=cfg.run_name, domain=cfg.domain.name,
+        domain_options=dict(cfg.domain.options), solver=solver,
+        sampling={"temperature": cfg.solver.temperature, "max_tokens": cfg.solver.max_tokens},
+        visibility_timeout_s=cfg.broker.visibility_timeout_s, task_time_limit_s=cfg.broker.task_time_limit_s,
+    )
+
+
+@click.command("worker")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 256), default=None,
+              help="worker processes (default: broker.worker_concurrency)")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--pool", type=click.Choice(["prefork", "threads", "solo"]), default="prefork", show_default=True,
+              help="prefork for HTTP solvers; solo/threads for an in-process GPU solver")
+@click.pass_context
+def worker(ctx: click.Context, concurrency: int | None, loglevel: str, pool: str) -> None:
+    """Run a Celery worker that attempts spot-check batches with the configured solver.
+
+    It consumes the run's queue ``propel.<run_name>.spotcheck`` on broker.url.
+    Needs broker.url and a shared store (PostgreSQL). Results are written to the store; a worker
+    killed mid-batch leaves its message to be redelivered, and the re-run only writes missing trials.
+    """
+    from daemon.cli import get_config
+    from workers import runtime
+    from workers.app import configure_app, queue_name
+
+    cfg = get_config(ctx)
+    settings = worker_settings(cfg)
+    runtime.configure(settings)
+    app = configure_app(settings)
+    queues = queue_name(cfg.run_name)
+    n = concurrency or cfg.broker.worker_concurrency
+    app.worker_main(argv=["worker", f"--loglevel={loglevel}", f"--concurrency={n}", f"--queues={queues}",
+                          f"--pool={pool}", "--prefetch-multiplier=1", "--without-gossip", "--without-mingle",
+                          f"--hostname=propel-{cfg.run_name}-%h-{__import__('os').getpid()}"])

@@ -1,0 +1,70 @@
+"""What a worker process needs, as plain data, and the per-process resources built from it.
+
+``propel worker`` (in ``daemon/``) turns the validated config into :class:`WorkerSettings` and calls
+:func:`configure` before Celery forks its pool. Resources (store engine, domain, solver) are built
+lazily in each child on first use — never before the fork, so no CUDA context or database
+connection is ever shared across processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from curriculum.domains.base import Domain, get_domain
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.store.db import Store
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    database_url: str
+    broker_url: str
+    run_name: str = "default"
+    domain: str = "arith"
+    domain_options: dict[str, Any] = field(default_factory=dict)
+    solver: dict[str, Any] = field(default_factory=lambda: {"backend": "synthetic"})
+    sampling: dict[str, Any] = field(default_factory=dict)
+    visibility_timeout_s: int = 3600
+    task_time_limit_s: int = 1800
+
+
+@dataclass
+class Resources:
+    store: Store
+    domain: Domain
+    solver: SolverBackend
+    sampling: Sampling
+
+
+_settings: WorkerSettings | None = None
+_resources: tuple[int, Resources] | None = None
+
+
+def configure(settings: WorkerSettings) -> None:
+    global _settings, _resources
+    _settings, _resources = settings, None
+
+
+def settings() -> WorkerSettings:
+    if _settings is None:
+        raise RuntimeError("worker not configured: start workers with `propel worker`")
+    return _settings
+
+
+def resources() -> Resources:
+    """This process's store, domain and solver (rebuilt after a fork: keyed by pid)."""
+    global _resources
+    pid = os.getpid()
+    if _resources is None or _resources[0] != pid:
+        s = settings()
+        res = Resources(store=Store(s.database_url), domain=get_domain(s.domain, **s.domain_options),
+                        solver=build_solver(**s.solver), sampling=Sampling(**s.sampling))
+        _resources = (pid, res)
+    return _resources[1]
+
+
+def settings_dict(s: WorkerSettings) -> dict[str, Any]:
+    return asdict(s)

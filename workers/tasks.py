@@ -1,0 +1,40 @@
+"""Celery tasks: thin wrappers over plain functions in ``curriculum`` (the embedded mode calls the
+same functions in-process)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from curriculum.spotcheck import run_spotcheck
+from workers.app import app, queue_name
+from workers.runtime import resources
+
+
+@app.task(name="propel.spotcheck")
+def spotcheck_task(task_ids: list[int], k: int) -> dict[str, Any]:
+    """Attempt each task until it has ``k`` trials by this worker's solver (idempotent)."""
+    res = resources()
+    out = run_spotcheck(res.store, res.domain, res.solver, task_ids, k, res.sampling)
+    return {"tasks": out.tasks, "trials_written": out.trials_written, "null_trials": out.null_trials,
+            "elapsed_s": round(out.elapsed_s, 3)}
+
+
+def spotcheck_task_id(task_ids: Sequence[int], k: int, solver_id: str) -> str:
+    """Deterministic Celery task id from the batch content (same batch → same id)."""
+    key = json.dumps({"t": sorted(task_ids), "k": k, "s": solver_id}, separators=(",", ":"))
+    return "spotcheck-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def dispatch_spotchecks(task_ids: Sequence[int], k: int, solver_id: str, run_name: str,
+                        batch_size: int = 8) -> list[str]:
+    """Send ``task_ids`` to the run's spot-check queue in batches; returns the Celery task ids."""
+    ids = []
+    for i in range(0, len(task_ids), batch_size):
+        batch = list(task_ids[i:i + batch_size])
+        tid = spotcheck_task_id(batch, k, solver_id)
+        spotcheck_task.apply_async(args=[batch, k], task_id=tid, queue=queue_name(run_name))
+        ids.append(tid)
+    return ids
