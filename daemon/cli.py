@@ -107,12 +107,14 @@ def config_show(ctx: click.Context) -> None:
 
 def _register_optional_groups() -> None:
     from daemon.cli_db import db_group, status_command
+    from daemon.cli_probes import probes
     from daemon.cli_worker import worker
 
     cli.add_command(db_group)
     cli.add_command(status_command)
     cli.add_command(worker)
-    for module, name in (("daemon.cli_probes", "probes"), ("daemon.cli_bootstrap", "bootstrap")):
+    cli.add_command(probes)
+    for module, name in (("daemon.cli_bootstrap", "bootstrap"),):
         try:
             mod = __import__(module, fromlist=[name])
         except ModuleNotFoundError as err:
