@@ -6,11 +6,9 @@ worker started → still exactly 400 rows, none duplicated, none missing.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from curriculum.solvers import build_solver
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial
+from workers.local import start_worker, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 N_TASKS, K = 50, 8
@@ -56,20 +55,6 @@ def _tasks(store: Store) -> list[int]:
             new.append(repo.NewTask("arith", v.task.content_hash, v.task.text, True, v.task.payload))
     with store.session() as s:
         return repo.add_tasks(s, None, new)
-
-
-def _start_worker(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "daemon.cli", "--config", str(cfg), "worker", "-c", "2",
-                                 "-l", "WARNING"], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    proc.wait(timeout=30)
 
 
 def _count(store: Store) -> tuple[int, int]:
@@ -116,20 +101,20 @@ def test_exactly_once_trials_with_worker_kill(tmp_path: Path, pg_store: Store, p
     cfg, _ = _config(tmp_path, pg_url, broker, latency_s=0.6)
     ids = _tasks(pg_store)
     log = tmp_path / "worker.log"
-    first = _start_worker(cfg, log)
+    first = start_worker(cfg, log)
     try:
         _dispatch(cfg, ids)
         seen = _wait_for(pg_store, 1, 90, first, log)
         assert 0 < seen < N_TASKS * K, f"kill must land mid-batch, saw {seen} rows"
     finally:
-        _kill(first)
+        stop(first, signal.SIGKILL)
     at_kill = _count(pg_store)[0]
-    second = _start_worker(cfg, log)
+    second = start_worker(cfg, log)
     try:
         final = _wait_for(pg_store, N_TASKS * K, 120, second, log)
         time.sleep(1.0)  # let any duplicate delivery land before counting
         total, distinct = _count(pg_store)
     finally:
-        _kill(second, signal.SIGTERM)
+        stop(second)
     assert at_kill < N_TASKS * K
     assert final == total == distinct == N_TASKS * K, log.read_text()[-2000:]

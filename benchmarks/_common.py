@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmarks: a scratch PostgreSQL database and result writing."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PG_ADMIN_URL = os.environ.get("PROPEL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@contextmanager
+def scratch_postgres() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database, dropped afterwards; yields its URL."""
+    import sqlalchemy as sa
+
+    from daemon.cli_db import upgrade
+
+    name = f"propel_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    """Write ``benchmarks/results/NAME.json`` with machine info and a timestamp."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"benchmark": name, "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "platform": platform.platform()}, **data}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path

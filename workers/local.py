@@ -1,0 +1,30 @@
+"""Start and stop ``propel worker`` processes on this machine (tests, benchmarks, local demos)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+def start_worker(config: Path, log: Path, concurrency: int = 2, loglevel: str = "WARNING") -> subprocess.Popen[bytes]:
+    """A worker in its own process group (so :func:`stop` reaches its pool children too)."""
+    with open(log, "ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli", "--config", str(config), "worker", "-c", str(concurrency),
+             "-l", loglevel],
+            stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
+    """Signal the whole process group and wait; escalates to SIGKILL after ``timeout_s``."""
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout_s)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
