@@ -131,3 +131,19 @@ def ready_count(sess: Session) -> int:
     """Tasks waiting to be leased (the backpressure measure)."""
     return int(sess.execute(select(func.count()).select_from(QueueItem)
                             .where(QueueItem.state == "ready")).scalar_one())
+
+
+def renew(sess: Session, task_id: int, lease_token: str, lease_s: float, now: datetime | None = None) -> AckStatus:
+    """Extend a live lease held with ``lease_token`` by ``lease_s`` from ``now``."""
+    now = now or utcnow()
+    row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
+    if row is None:
+        return AckStatus.NOT_FOUND
+    if row.state == "acked":
+        return AckStatus.ALREADY_ACKED
+    if row.state != "leased":
+        return AckStatus.NOT_LEASED
+    if lease_token != row.lease_token or (row.lease_until is not None and row.lease_until < now):
+        return AckStatus.LEASE_LOST
+    row.lease_until = now + timedelta(seconds=lease_s)
+    return AckStatus.ACKED

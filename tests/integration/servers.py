@@ -92,3 +92,20 @@ def scripted_server(respond: Responder) -> Iterator[tuple[str, list[dict[str, ob
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve_app(app: object) -> Iterator[str]:
+    """Run an ASGI app under a real uvicorn server on a free port in a thread; yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_http(f"http://127.0.0.1:{port}/openapi.json", 30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,212 @@
+"""The HTTP API: pull frontier tasks with leases, ack outcomes, status, health, Prometheus metrics.
+
+Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_TOKEN`` when a token
+is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
+JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) —
+fresh labels for later probe retraining.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from curriculum.store import queue, repo
+from curriculum.store.db import Store
+from curriculum.store.models import DaemonState, Run
+
+ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
+
+
+@dataclass
+class ApiContext:
+    store: Store
+    run_name: str
+    token: str | None = None
+    max_attempts: int = 5
+    band: tuple[int, int] = (1, 3)
+    k: int = 8
+    heartbeat_stale_s: float = 300.0
+    max_body_bytes: int = 1_048_576
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+
+class LeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(default=1, ge=1, le=1000, description="how many tasks to lease")
+    lease_s: float = Field(default=600, gt=0, le=86_400, description="lease duration in seconds")
+    consumer: str = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
+
+
+class AckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    solved: int = Field(ge=0, description="attempts of the trainer's solver that solved the task")
+    n: int = Field(ge=1, le=10_000, description="attempts made")
+    solver: str = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
+    lease_token: str | None = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _solved_le_n(self) -> AckRequest:
+        if self.solved > self.n:
+            raise ValueError("solved cannot exceed n")
+        return self
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lease_token: str | None = Field(default=None, max_length=64)
+    lease_s: float = Field(default=600, gt=0, le=86_400)
+
+
+class BodyLimit(BaseHTTPMiddleware):
+    """413 for bodies above the limit, by header or by streamed size."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        super().__init__(app)
+        self.limit = limit
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
+        if request.method in ("POST", "PUT", "PATCH") and declared is None:
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > self.limit:
+                    return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
+            request._body = body
+        return await call_next(request)
+
+
+def _ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
+
+
+def require_token(request: Request, ctx: Annotated[ApiContext, Depends(_ctx)]) -> None:
+    if ctx.token is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), ctx.token.encode()):
+        raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+Ctx = Annotated[ApiContext, Depends(_ctx)]
+Auth = Depends(require_token)
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    """The ASGI app (OpenAPI at ``/docs`` and ``/openapi.json``)."""
+    app = FastAPI(title="propel-curriculum", version="1", description=__doc__)
+    app.state.ctx = ctx
+    app.state.store = ctx.store  # the dashboard router reads these two
+    app.state.run_name = ctx.run_name
+    app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    _queue_routes(app)
+    _status_routes(app)
+    try:
+        from daemon.dashboard import router as dashboard_router
+    except ModuleNotFoundError as err:  # the dashboard is optional at import time only in partial checkouts
+        if err.name != "daemon.dashboard":
+            raise
+    else:
+        app.include_router(dashboard_router)
+    return app
+
+
+def _queue_routes(app: FastAPI) -> None:
+    @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"])
+    def lease(body: LeaseRequest, ctx: Ctx) -> dict[str, Any]:
+        """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery)."""
+        with ctx.store.session() as s:
+            got = queue.lease(s, body.n, body.lease_s, body.consumer, ctx.max_attempts)
+        return {"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
+                           "attempts": x.attempts, "task": x.message} for x in got]}
+
+    @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
+    def ack(task_id: int, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
+        """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``)."""
+        with ctx.store.session() as s:
+            status = queue.ack(s, task_id, solved=body.solved, n=body.n, solver=body.solver,
+                               lease_token=body.lease_token)
+            if status == queue.AckStatus.ACKED:
+                _store_outcome(s, ctx, task_id, body)
+        if status in ACK_HTTP:
+            raise HTTPException(ACK_HTTP[status], status.value)
+        return {"id": task_id, "status": status.value}
+
+    @app.post("/v1/tasks/{task_id}/nack", dependencies=[Auth], tags=["queue"])
+    def nack(task_id: int, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
+        """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
+        with ctx.store.session() as s:
+            status = queue.nack(s, task_id, ctx.max_attempts, body.lease_token)
+        if status in ACK_HTTP:
+            raise HTTPException(ACK_HTTP[status], status.value)
+        return {"id": task_id, "status": "returned" if status == queue.AckStatus.ACKED else status.value}
+
+    @app.post("/v1/tasks/{task_id}/renew", dependencies=[Auth], tags=["queue"])
+    def renew(task_id: int, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
+        """Extend a live lease by ``lease_s`` seconds."""
+        if body.lease_token is None:
+            raise HTTPException(422, "lease_token is required to renew")
+        with ctx.store.session() as s:
+            status = queue.renew(s, task_id, body.lease_token, body.lease_s)
+        if status != queue.AckStatus.ACKED:
+            raise HTTPException(ACK_HTTP.get(status, 409), status.value)
+        return {"id": task_id, "status": "renewed"}
+
+
+def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
+    lo, hi = ctx.band
+    rate = body.solved / body.n
+    in_band = lo / ctx.k <= rate <= hi / ctx.k
+    repo.upsert_label(s, task_id, body.solver, "consumer", k=body.n, solved=body.solved, valid_trials=body.n,
+                      band=ctx.band, in_band=in_band)
+
+
+def _status_routes(app: FastAPI) -> None:
+    @app.get("/v1/status", tags=["status"])
+    def status(ctx: Ctx) -> dict[str, Any]:
+        """Daemon phase, cycle, heartbeat, leader, counters, queue depth, active probes."""
+        return daemon_status(ctx.store, ctx.run_name)
+
+    @app.get("/healthz", tags=["status"])
+    def healthz(ctx: Ctx) -> JSONResponse:
+        """200 when the store answers and the daemon's heartbeat is fresh, else 503."""
+        info = daemon_status(ctx.store, ctx.run_name)
+        beat = info.get("heartbeat_at")
+        fresh = beat is not None and datetime.fromisoformat(beat) > datetime.now(UTC) - timedelta(
+            seconds=ctx.heartbeat_stale_s)
+        return JSONResponse({"ok": fresh, "heartbeat_at": beat}, status_code=200 if fresh else 503)
+
+    @app.get("/metrics", tags=["status"])
+    def metrics(ctx: Ctx) -> Response:
+        """Prometheus exposition of the ``propel_`` metrics."""
+        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
+    """What ``/v1/status`` and ``propel status`` report for a run."""
+    from sqlalchemy import select
+
+    with store.session() as s:
+        run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
+        state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
+        depths = repo.queue_depths(s)
+        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in repo.active_probes(s)]
+    return {
+        "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
+        "counters": dict(state.counters) if state else {},
+        "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
+        "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
+    }

@@ -1,0 +1,107 @@
+"""The HTTP API and the Python client against a real uvicorn server and the real store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from sqlalchemy import select, update
+
+from curriculum.store import queue, repo
+from curriculum.store.db import Store
+from curriculum.store.models import DaemonState, Label, utcnow
+from daemon.api import ApiContext, create_app
+from tests.integration.servers import serve_app
+from workers.client import PropelClient, PropelClientError
+
+pytestmark = pytest.mark.integration
+TOKEN = "t0k3n-for-tests"
+
+
+def seed(store: Store, n: int) -> list[int]:
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, "api", "h", {})
+        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", f"h{i}", f"{i}+{i}", True, {"answer": 2 * i})
+                                         for i in range(n)])
+        queue.enqueue(s, [(t, run_id, "add:1", {"id": t, "schema_version": 1}) for t in ids])
+    return ids
+
+
+@pytest.fixture
+def api(store: Store) -> Iterator[tuple[str, Store]]:
+    ctx = ApiContext(store=store, run_name="api", token=TOKEN, max_attempts=2, max_body_bytes=4096)
+    with serve_app(create_app(ctx)) as url:
+        yield url, store
+
+
+def test_auth_required_on_queue_endpoints(api: tuple[str, Store]) -> None:
+    url, _ = api
+    assert httpx.post(f"{url}/v1/tasks/lease", json={"consumer": "x"}).status_code == 401
+    bad = httpx.post(f"{url}/v1/tasks/lease", json={"consumer": "x"}, headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and bad.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(f"{url}/v1/status").status_code == 200
+
+
+def test_lease_ack_nack_renew_through_client(api: tuple[str, Store]) -> None:
+    url, store = api
+    ids = seed(store, 3)
+    with PropelClient(url, token=TOKEN) as client:
+        got = client.lease(n=2, lease_s=60, consumer="trainer-a")
+        assert [t.id for t in got] == ids[:2] and got[0].message["schema_version"] == 1
+        assert client.ack(got[0], solved=2, n=8, solver="pol@1") == "acked"
+        assert client.ack(got[0], solved=2, n=8, solver="pol@1") == "already_acked"
+        client.renew(got[1], lease_s=120)
+        assert client.nack(got[1]) == "returned"
+        again = client.lease(n=5, lease_s=60, consumer="trainer-b")
+        assert sorted(t.id for t in again) == ids[1:]
+        with pytest.raises(PropelClientError) as err:
+            client.ack(again[0].id, solved=1, n=8, solver="pol@1", lease_token="f" * 32)
+        assert err.value.status == 409
+        with pytest.raises(PropelClientError) as err:
+            client.ack(999_999, solved=1, n=8, solver="s")
+        assert err.value.status == 404
+    with store.session() as s:
+        label = s.scalars(select(Label).where(Label.task_id == ids[0])).one()
+    assert (label.source, label.solved, label.k, label.in_band) == ("consumer", 2, 8, True)
+
+
+def test_iterate_drains_the_queue(api: tuple[str, Store]) -> None:
+    url, store = api
+    ids = seed(store, 7)
+    with PropelClient(url, token=TOKEN) as client:
+        seen = []
+        for task in client.iterate(batch=3, lease_s=30, consumer="it"):
+            seen.append(task.id)
+            client.ack(task, solved=0, n=4, solver="s")
+    assert sorted(seen) == ids
+    with store.session() as s:
+        assert repo.queue_depths(s) == {"acked": 7}
+
+
+def test_body_limits_and_validation(api: tuple[str, Store]) -> None:
+    url, _ = api
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    big = httpx.post(f"{url}/v1/tasks/lease", content=b"{" + b" " * 10_000 + b"}", headers={
+        **auth, "content-type": "application/json"})
+    assert big.status_code == 413
+    bad_json = httpx.post(f"{url}/v1/tasks/lease", content=b"{not json", headers={
+        **auth, "content-type": "application/json"})
+    assert bad_json.status_code == 422
+    too_many = httpx.post(f"{url}/v1/tasks/1/ack", json={"solved": 9, "n": 8, "solver": "s"}, headers=auth)
+    assert too_many.status_code == 422
+    unknown = httpx.post(f"{url}/v1/tasks/lease", json={"consumer": "x", "bogus": 1}, headers=auth)
+    assert unknown.status_code == 422
+
+
+def test_health_metrics_openapi(api: tuple[str, Store]) -> None:
+    url, store = api
+    assert httpx.get(f"{url}/healthz").status_code == 503
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, "api", "h", {})
+        repo.load_state(s, run_id)
+        s.execute(update(DaemonState).values(heartbeat_at=utcnow()))
+    assert httpx.get(f"{url}/healthz").status_code == 200
+    assert httpx.get(f"{url}/metrics").status_code == 200
+    spec = httpx.get(f"{url}/openapi.json").json()
+    assert "/v1/tasks/lease" in spec["paths"] and "/v1/tasks/{task_id}/ack" in spec["paths"]

@@ -1,0 +1,135 @@
+"""Python client for solver trainers: lease frontier tasks, ack outcomes, nack, renew.
+
+    client = PropelClient("http://propel:8787", token=os.environ["PROPEL_API_TOKEN"])
+    for task in client.iterate(batch=32, lease_s=600, consumer="trainer-0"):
+        solved = train_on(task.message)          # your code
+        client.ack(task, solved=solved, n=8, solver="my-policy@step-1200")
+
+Delivery is at-least-once: a task whose lease expires (trainer crashed) is delivered again, so make
+training on a task idempotent or tolerate repeats; ``ack`` is idempotent. ``iterate`` renews the
+leases of tasks it handed out and that are not yet acked or nacked, in a background thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class PropelClientError(Exception):
+    """The API refused a request; ``status`` is the HTTP status code."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class LeasedTask:
+    id: int
+    lease_token: str
+    lease_until: str
+    attempts: int
+    message: dict[str, Any]
+
+
+class PropelClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self._outstanding: dict[int, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PropelClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        resp = self._http.post(path, json=body)
+        if resp.status_code >= 400:
+            try:
+                detail = str(resp.json().get("detail"))
+            except ValueError:
+                detail = resp.text[:300]
+            raise PropelClientError(resp.status_code, detail)
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client") -> list[LeasedTask]:
+        data = self._post("/v1/tasks/lease", {"n": n, "lease_s": lease_s, "consumer": consumer})
+        tasks = [LeasedTask(int(t["task"]["id"]), t["lease_token"], t["lease_until"], int(t["attempts"]), t["task"])
+                 for t in data["tasks"]]
+        with self._lock:
+            for t in tasks:
+                self._outstanding[t.id] = (t.lease_token, lease_s)
+        return tasks
+
+    def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None) -> str:
+        task_id, token = self._id_token(task, lease_token)
+        status = str(self._post(f"/v1/tasks/{task_id}/ack", {"solved": solved, "n": n, "solver": solver,
+                                                              "lease_token": token})["status"])
+        self._forget(task_id)
+        return status
+
+    def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
+        task_id, token = self._id_token(task, lease_token)
+        status = str(self._post(f"/v1/tasks/{task_id}/nack", {"lease_token": token})["status"])
+        self._forget(task_id)
+        return status
+
+    def renew(self, task: LeasedTask | int, lease_s: float = 600, lease_token: str | None = None) -> None:
+        task_id, token = self._id_token(task, lease_token)
+        self._post(f"/v1/tasks/{task_id}/renew", {"lease_token": token, "lease_s": lease_s})
+
+    def status(self) -> dict[str, Any]:
+        resp = self._http.get("/v1/status")
+        resp.raise_for_status()
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def iterate(self, batch: int = 16, lease_s: float = 600, consumer: str = "python-client",
+                stop_when_empty: bool = True) -> Iterator[LeasedTask]:
+        """Yield leased tasks batch by batch, renewing outstanding leases every ``lease_s / 3``."""
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew_loop, args=(stop, lease_s), daemon=True)
+        renewer.start()
+        try:
+            while True:
+                tasks = self.lease(batch, lease_s, consumer)
+                if not tasks and stop_when_empty:
+                    return
+                yield from tasks
+        finally:
+            stop.set()
+            renewer.join(timeout=5)
+
+    def _renew_loop(self, stop: threading.Event, lease_s: float) -> None:
+        while not stop.wait(lease_s / 3):
+            with self._lock:
+                held = list(self._outstanding.items())
+            for task_id, (token, held_s) in held:
+                try:
+                    self.renew(task_id, held_s, token)
+                except PropelClientError:
+                    self._forget(task_id)  # lease lost or task gone: nothing left to keep alive
+
+    def _id_token(self, task: LeasedTask | int, lease_token: str | None) -> tuple[int, str | None]:
+        if isinstance(task, LeasedTask):
+            return task.id, lease_token or task.lease_token
+        with self._lock:
+            held = self._outstanding.get(task)
+        return task, lease_token or (held[0] if held else None)
+
+    def _forget(self, task_id: int) -> None:
+        with self._lock:
+            self._outstanding.pop(task_id, None)
