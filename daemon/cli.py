@@ -105,8 +105,9 @@ def config_show(ctx: click.Context) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def _register_optional_groups() -> None:
+def _register_commands() -> None:
     from daemon.cli_db import db_group, status_command
+    from daemon.cli_bootstrap import bootstrap
     from daemon.cli_probes import probes
     from daemon.cli_worker import worker
 
@@ -114,17 +115,10 @@ def _register_optional_groups() -> None:
     cli.add_command(status_command)
     cli.add_command(worker)
     cli.add_command(probes)
-    for module, name in (("daemon.cli_bootstrap", "bootstrap"),):
-        try:
-            mod = __import__(module, fromlist=[name])
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-            continue
-        cli.add_command(getattr(mod, name))
+    cli.add_command(bootstrap)
 
 
-_register_optional_groups()
+_register_commands()
 
 
 def main() -> None:

@@ -1,0 +1,209 @@
+"""Offline bootstrap of a tiny generator for the ``arith`` domain.
+
+No weights can be downloaded here, so the toy pipeline starts from a character-level tokenizer
+(:func:`curriculum.tinymodels.build_char_tokenizer`) and a ~1M-parameter Qwen2 model
+(:func:`curriculum.tinymodels.tiny_qwen2`) pretrained with a plain torch loop on random arithmetic
+expressions of mixed complexity (1–6 operators, see :data:`OP_COUNT_WEIGHTS`). Each training
+sequence is the generator prompt ``"Q:"`` followed by the expression and EOS, with no BOS, exactly
+what the generator later sees.
+
+The result is cached under ``<data_dir>/bootstrap/arith/<key>/`` where ``key`` hashes every
+training setting; a second call with the same settings reuses it (``reused=True``). The directory
+holds ``save_pretrained`` output for model and tokenizer and ``bootstrap.json`` with the settings,
+the parameter count, the training time and the measured validity (share of sampled completions at
+temperature 1 that the domain accepts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
+from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+
+#: Bump when the corpus recipe changes, so old caches are not reused.
+CORPUS_VERSION = 2
+#: Operator-count mix of the corpus (1..6 operators): mostly short, some long. Sampling at
+#: temperature 1 overshoots the count now and then, so 6-operator sequences are kept rare.
+OP_COUNT_WEIGHTS = (4, 4, 4, 3, 2, 1)
+BOOTSTRAP_DOMAINS = ("arith",)
+META_FILE = "bootstrap.json"
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    """Every setting that influences the trained model (all of them key the cache)."""
+
+    steps: int = 1200
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    hidden_size: int = 128
+    num_layers: int = 6
+    num_heads: int = 4
+    seed: int = 0
+    eval_samples: int = 256
+    max_new_tokens: int = 48
+
+    def cache_key(self) -> str:
+        blob = json.dumps({**asdict(self), "corpus_version": CORPUS_VERSION}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Where the model is and how good it is."""
+
+    path: Path
+    validity: float
+    reused: bool
+    train_s: float
+    n_params: int
+    settings: BootstrapSettings
+
+
+def expression_batch(rng: random.Random, size: int) -> list[str]:
+    """``size`` random expressions, operator counts 1–6 drawn with :data:`OP_COUNT_WEIGHTS`."""
+    counts = rng.choices(range(1, 7), weights=OP_COUNT_WEIGHTS, k=size)
+    return [random_expression(rng, n) for n in counts]
+
+
+def char_ids(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
+    """Token ids of ``text`` with the character tokenizer (no special tokens added)."""
+    ids = tokenizer.convert_tokens_to_ids(list(text))
+    return [ids] if isinstance(ids, int) else list(ids)
+
+
+def _encode_batch(tokenizer: PreTrainedTokenizerFast, exprs: list[str]) -> dict[str, torch.Tensor]:
+    eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
+    seqs = [[*char_ids(tokenizer, GENERATOR_PROMPT + e), eos] for e in exprs]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _lr_factor(step: int, settings: BootstrapSettings) -> float:
+    if step < settings.warmup_steps:
+        return (step + 1) / settings.warmup_steps
+    span = max(1, settings.steps - settings.warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - settings.warmup_steps) / span))
+
+
+def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings: BootstrapSettings,
+          show_progress: bool = True) -> float:
+    """Pretrain ``model`` in place; returns the final (smoothed) loss."""
+    rng = random.Random(settings.seed)
+    torch.manual_seed(settings.seed)
+    optim = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: _lr_factor(s, settings))
+    model.train()
+    smoothed = float("nan")
+    columns = (TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, disable=not show_progress, transient=False) as progress:
+        bar = progress.add_task("train", total=settings.steps, loss=float("nan"))
+        for _ in range(settings.steps):
+            batch = _encode_batch(tokenizer, expression_batch(rng, settings.batch_size))
+            loss = model(**batch).loss
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            sched.step()
+            value = float(loss.detach())
+            smoothed = value if math.isnan(smoothed) else 0.95 * smoothed + 0.05 * value
+            progress.update(bar, advance=1, loss=smoothed)
+    model.eval()
+    return smoothed
+
+
+@torch.no_grad()
+def sample_completions(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, n: int, seed: int,
+                       max_new_tokens: int = 48) -> list[str]:
+    """``n`` completions of the generator prompt at temperature 1 (deterministic in ``seed``)."""
+    prompt = torch.tensor([char_ids(tokenizer, GENERATOR_PROMPT)])
+    generator: Any = model
+    out: list[str] = []
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for start in range(0, n, 64):
+            rows = min(64, n - start)
+            ids = prompt.repeat(rows, 1)
+            gen = generator.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                 temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            out.extend(tokenizer.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True))
+    return out
+
+
+def measure_validity(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, n: int = 256,
+                     seed: int = 1234, max_new_tokens: int = 48) -> float:
+    """Share of ``n`` sampled completions that the arith domain accepts."""
+    domain = ArithDomain()
+    results = domain.validate_batch(sample_completions(model, tokenizer, n, seed, max_new_tokens))
+    return sum(v.valid for v in results) / max(1, len(results))
+
+
+def cache_dir(data_dir: Path, domain: str, settings: BootstrapSettings) -> Path:
+    return Path(data_dir) / "bootstrap" / domain / settings.cache_key()
+
+
+def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int | None = None,
+              force: bool = False, show_progress: bool = True,
+              settings: BootstrapSettings | None = None) -> BootstrapResult:
+    """Build (or reuse) the tiny generator for ``domain``; ``steps`` overrides the step count.
+
+    A small ``steps`` (e.g. 5) is the test mode: same code path, seconds instead of minutes.
+    Raises ``ValueError`` for a domain without a bootstrap recipe.
+    """
+    if domain not in BOOTSTRAP_DOMAINS:
+        raise ValueError(f"no bootstrap recipe for domain {domain!r}; available: {', '.join(BOOTSTRAP_DOMAINS)}")
+    settings = settings or BootstrapSettings()
+    if steps is not None:
+        settings = replace(settings, steps=steps, warmup_steps=min(settings.warmup_steps, max(1, steps // 5)))
+    target = cache_dir(Path(data_dir), domain, settings)
+    meta_path = target / META_FILE
+    if meta_path.exists() and not force:
+        meta = json.loads(meta_path.read_text())
+        return BootstrapResult(target, float(meta["validity"]), True, float(meta["train_s"]),
+                               int(meta["n_params"]), settings)
+    tokenizer = build_char_tokenizer()
+    model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
+                       num_heads=settings.num_heads, seed=settings.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    started = time.perf_counter()
+    loss = train(model, tokenizer, settings, show_progress=show_progress)
+    train_s = time.perf_counter() - started
+    validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
+                                settings.max_new_tokens)
+    save_tiny(model, tokenizer, target)
+    meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
+            "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,
+            "generator_prompt": GENERATOR_PROMPT, "created_at": time.time()}
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return BootstrapResult(target, validity, False, train_s, n_params, settings)
+
+
+def load_bootstrapped(path: Path) -> tuple[Any, Any]:
+    """Load a bootstrapped model and its tokenizer from ``path``."""
+    from transformers import AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer

@@ -1,0 +1,199 @@
+"""The bubblewrap and rlimit-subprocess backends, and ``auto`` selection.
+
+The argv builders (:func:`bwrap_argv`, :func:`rlimit_argv`) are pure functions of their inputs so
+the exact isolation applied is unit-testable; the classes only add process execution.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
+from curriculum.sandbox.process import prlimit_argv, run_command
+
+log = logging.getLogger(__name__)
+
+NOBODY = 65534
+MAX_ARGV_CODE = 100_000
+SETPRIV = "/usr/bin/setpriv"
+PRLIMIT = "/usr/bin/prlimit"
+
+
+@dataclass(frozen=True)
+class PythonRuntime:
+    """Which interpreter runs inside the sandbox, and which host paths it needs."""
+
+    executable: str
+    flags: tuple[str, ...]
+    binds: tuple[str, ...]
+
+
+def python_runtime(site_packages: bool) -> PythonRuntime:
+    """The host interpreter: the base one (stdlib only, ``-I -S``) or the project venv (``-I``)."""
+    if site_packages:
+        binds = tuple(dict.fromkeys((sys.base_prefix, sys.prefix)))
+        return PythonRuntime(sys.executable, ("-I",), binds)
+    return PythonRuntime(os.path.realpath(sys.executable), ("-I", "-S"), (sys.base_prefix,))
+
+
+def uid_drop_argv(setpriv: str = SETPRIV, uid: int = NOBODY) -> list[str]:
+    """``setpriv`` prefix that drops root to ``uid`` with no capabilities left anywhere."""
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+
+def host_symlinks(names: tuple[str, ...] = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")) -> dict[str, str]:
+    """Top-level host directories that are symlinks (merged /usr): name -> target."""
+    return {name: os.readlink(name) for name in names if os.path.islink(name)}
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = PurePosixPath(path).parents
+    return [str(p) for p in reversed(parts) if str(p) != "/"]
+
+
+def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_root: bool,
+               symlinks: dict[str, str], bwrap: str = "bwrap") -> list[str]:
+    """The full bubblewrap command line around ``inner`` (pure).
+
+    As root, no user namespace is created (it would map the sandbox user back to host root, which
+    is exempt from ``RLIMIT_NPROC``); instead ``setpriv`` drops to ``nobody`` inside the other
+    namespaces. Unprivileged, ``--unshare-all`` with a user namespace maps the sandbox to ``nobody``.
+    """
+    if as_root:
+        argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try"]
+        inner = [*uid_drop_argv(), *inner]
+    else:
+        argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+                "--cap-drop", "ALL"]
+    argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for name, target in sorted(symlinks.items()):
+        argv += ["--symlink", target, name]
+    made: set[str] = {"/usr"}
+    for path in binds:
+        for parent in _ancestors(path):
+            if parent not in made and not parent.startswith("/usr/"):
+                argv += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        if not path.startswith("/usr/"):
+            argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp",
+             "--chdir", "/tmp", "--"]
+    return argv + inner
+
+
+def rlimit_argv(inner: list[str], limits: Limits, *, as_root: bool) -> list[str]:
+    """The rlimit-backend command line (pure): ``prlimit`` then, as root, ``setpriv`` to nobody."""
+    return [*prlimit_argv(limits, PRLIMIT), *(uid_drop_argv() if as_root else []), *inner]
+
+
+def _too_large(code: str, backend: str) -> ExecutionResult | None:
+    if len(code) <= MAX_ARGV_CODE:
+        return None
+    return ExecutionResult("error", "", "", None, 0.0, 0.0,
+                           f"code of {len(code)} chars exceeds {MAX_ARGV_CODE}; pass data on stdin", backend)
+
+
+class BubblewrapSandbox:
+    """Namespaces (pid, net, ipc, uts), read-only binds, private /tmp, rlimits, uid nobody."""
+
+    name = "bubblewrap"
+    isolates_fs_and_network = True
+
+    def __init__(self, limits: Limits | None = None, bwrap: str | None = None) -> None:
+        self.limits = limits or Limits()
+        self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+
+    def argv(self, code: str, limits: Limits, site_packages: bool) -> list[str]:
+        runtime = python_runtime(site_packages)
+        inner = [*prlimit_argv(limits, PRLIMIT), runtime.executable, *runtime.flags, "-c", code]
+        return bwrap_argv(inner, runtime.binds, limits, as_root=os.geteuid() == 0,
+                          symlinks=host_symlinks(), bwrap=self.bwrap)
+
+    def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
+                   site_packages: bool = False) -> ExecutionResult:
+        limits = limits or self.limits
+        too_large = _too_large(code, self.name)
+        if too_large is not None:
+            return too_large
+        return run_command(self.argv(code, limits, site_packages), stdin, dict(SCRUBBED_ENV), limits,
+                           self.name, signal_offset=128)
+
+
+class RlimitSandbox:
+    """Weaker fallback: rlimits + scrubbed environment + (as root) uid nobody; no namespaces.
+
+    It does NOT isolate the network or the filesystem: code can connect to local services and
+    read (and, unless running as root→nobody, write) whatever the host user can.
+    """
+
+    name = "rlimit"
+    isolates_fs_and_network = False
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+
+    def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
+                   site_packages: bool = False) -> ExecutionResult:
+        limits = limits or self.limits
+        too_large = _too_large(code, self.name)
+        if too_large is not None:
+            return too_large
+        runtime = python_runtime(site_packages)
+        as_root = os.geteuid() == 0
+        workdir = tempfile.mkdtemp(prefix="propel-sbx-")
+        try:
+            if as_root:
+                os.chown(workdir, NOBODY, NOBODY)
+            env = {**SCRUBBED_ENV, "HOME": workdir, "TMPDIR": workdir}
+            argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=as_root)
+            return run_command(argv, stdin, env, limits, self.name, cwd=workdir)
+        finally:
+            shutil.rmtree(workdir)
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_probe(bwrap: str | None = None) -> tuple[bool, str]:
+    """Whether bubblewrap works here (runs ``print(1)`` in a sandbox); cached per process."""
+    path = bwrap or shutil.which("bwrap")
+    if path is None:
+        return False, "bwrap not found on PATH (apt-get install bubblewrap)"
+    if os.geteuid() == 0 and not os.path.exists(SETPRIV):
+        return False, f"{SETPRIV} missing (util-linux), needed to drop root inside bubblewrap"
+    result = BubblewrapSandbox(Limits(wall_s=20.0), path).run_python("print(1)")
+    if result.ok and result.stdout.strip() == "1":
+        return True, f"bubblewrap works ({path})"
+    return False, f"bubblewrap probe failed: {result.reason}: {result.stderr.strip()[:300]}"
+
+
+SANDBOX_NAMES = ("auto", "bubblewrap", "rlimit", "docker")
+
+
+def get_sandbox(name: str = "auto", limits: Limits | None = None) -> Sandbox:
+    """Build a backend by name; ``auto`` prefers bubblewrap and logs (warns) when it falls back."""
+    if name == "bubblewrap":
+        return BubblewrapSandbox(limits)
+    if name == "rlimit":
+        return RlimitSandbox(limits)
+    if name == "docker":
+        from curriculum.sandbox.docker_backend import DockerSandbox
+
+        return DockerSandbox(limits)
+    if name != "auto":
+        raise ValueError(f"unknown sandbox {name!r}; choose one of {', '.join(SANDBOX_NAMES)}")
+    ok, reason = bwrap_probe()
+    if ok:
+        log.info("sandbox: using bubblewrap (%s)", reason)
+        return BubblewrapSandbox(limits)
+    log.warning("sandbox: bubblewrap unavailable (%s); using the WEAKER rlimit backend "
+                "(no network or filesystem isolation)", reason)
+    return RlimitSandbox(limits)

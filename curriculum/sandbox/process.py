@@ -1,0 +1,189 @@
+"""Run one sandboxed command: capped pipes, wall-clock deadline, whole process group killed.
+
+Shared by the bubblewrap and rlimit backends. Resource limits are applied by the command line
+itself (``prlimit``), not with ``preexec_fn``, so runs may be started from several threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from curriculum.sandbox.base import ExecutionResult, Limits, Status
+
+
+@dataclass
+class Capture:
+    stdout: bytearray
+    stderr: bytearray
+    over_limit: bool = False
+    timed_out: bool = False
+
+
+def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]:
+    """``prlimit`` prefix applying CPU seconds, address space, processes and file size limits."""
+    return [
+        prlimit,
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.max_procs}",
+        f"--fsize={limits.file_size_bytes}",
+        "--core=0",
+        "--",
+    ]
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _pump(proc: subprocess.Popen[bytes], stdin: bytes, limits: Limits, deadline: float) -> Capture:
+    """Feed stdin and collect stdout/stderr until the process exits, the deadline or the cap."""
+    cap = Capture(bytearray(), bytearray())
+    assert proc.stdin and proc.stdout and proc.stderr
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(proc.pid)
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    sel.register(proc.stdout, selectors.EVENT_READ, "out")
+    sel.register(proc.stderr, selectors.EVENT_READ, "err")
+    os.set_blocking(proc.stdin.fileno(), False)
+    pending = memoryview(stdin)
+    if pending:
+        sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
+    else:
+        proc.stdin.close()
+    exited = False
+    try:
+        while not exited:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                cap.timed_out = True
+                break
+            for key, _ in sel.select(timeout=remaining):
+                if key.data == "exit":
+                    exited = True
+                elif key.data == "in":
+                    try:
+                        written = os.write(proc.stdin.fileno(), pending[:65536])
+                    except (BrokenPipeError, BlockingIOError):
+                        written = len(pending)
+                    pending = pending[written:]
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                else:
+                    _read_into(sel, key.fileobj, cap, key.data, limits)
+            if cap.over_limit:
+                break
+        if exited:
+            _drain(proc, cap, limits)
+    finally:
+        sel.close()
+        os.close(pidfd)
+        if not proc.stdin.closed:
+            proc.stdin.close()
+    return cap
+
+
+def _read_into(sel: selectors.BaseSelector, fileobj: Any, cap: Capture, which: str,
+               limits: Limits) -> None:
+    fd = fileobj.fileno()
+    chunk = os.read(fd, 1 << 16)
+    if not chunk:
+        sel.unregister(fileobj)
+        return
+    _append(cap, which, chunk, limits)
+
+
+def _append(cap: Capture, which: str, chunk: bytes, limits: Limits) -> None:
+    buf, limit = (cap.stdout, limits.stdout_bytes) if which == "out" else (cap.stderr, limits.stderr_bytes)
+    if which == "out" and len(buf) + len(chunk) > limit:
+        cap.over_limit = True
+    buf.extend(chunk[: max(0, limit - len(buf))])
+
+
+def _drain(proc: subprocess.Popen[bytes], cap: Capture, limits: Limits) -> None:
+    """After exit, read what is already buffered in the pipes without waiting for stragglers."""
+    for stream, which in ((proc.stdout, "out"), (proc.stderr, "err")):
+        assert stream is not None
+        os.set_blocking(stream.fileno(), False)
+        while True:
+            try:
+                chunk = os.read(stream.fileno(), 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            _append(cap, which, chunk, limits)
+            if cap.over_limit:
+                break
+
+
+def run_command(argv: list[str], stdin: bytes, env: dict[str, str], limits: Limits, backend: str,
+                cwd: str | None = None, signal_offset: int = 0) -> ExecutionResult:
+    """Run ``argv`` in a new session; always returns a result, never leaves the group running.
+
+    ``signal_offset``: wrappers such as bwrap report a child killed by signal N as exit code
+    ``signal_offset + N`` (bwrap: 128); 0 means only negative return codes are signals.
+    """
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
+    except OSError as err:
+        return ExecutionResult("error", "", "", None, 0.0, 0.0, f"could not start sandbox: {err}", backend,
+                               {"infra": True})
+    try:
+        cap = _pump(proc, stdin, limits, started + limits.wall_s)
+    finally:
+        _kill_group(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    wall_s = time.monotonic() - started
+    cpu_s = usage.ru_utime + usage.ru_stime
+    stdout = cap.stdout.decode("utf-8", errors="replace")
+    stderr = cap.stderr.decode("utf-8", errors="replace")
+    status_, reason = classify(proc.returncode, cap, stderr, cpu_s, limits, signal_offset, wall_s)
+    return ExecutionResult(status_, stdout, stderr, proc.returncode, wall_s, cpu_s, reason, backend)
+
+
+def _signal_of(returncode: int, signal_offset: int) -> int | None:
+    if returncode < 0:
+        return -returncode
+    if signal_offset and returncode > signal_offset and returncode - signal_offset < 65:
+        return returncode - signal_offset
+    return None
+
+
+def classify(returncode: int, cap: Capture, stderr: str, cpu_s: float, limits: Limits,
+             signal_offset: int = 0, wall_s: float = 0.0) -> tuple[Status, str | None]:
+    """Map how the process ended to a status and a human-readable reason.
+
+    Under bubblewrap the grandchild's CPU time is not visible in ``wait4`` usage, so a SIGKILL
+    after at least ``cpu_s`` seconds of wall time also counts as the CPU limit.
+    """
+    if cap.over_limit:
+        return "output_limit", f"stdout exceeded {limits.stdout_bytes} bytes"
+    if cap.timed_out:
+        return "timeout", f"wall-clock limit of {limits.wall_s}s exceeded"
+    sig = _signal_of(returncode, signal_offset)
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and max(cpu_s, wall_s) >= limits.cpu_s):
+        return "timeout", f"CPU limit of {limits.cpu_s}s exceeded"
+    if "MemoryError" in stderr[-4000:] or "Cannot allocate memory" in stderr[-4000:]:
+        return "memory", f"address-space limit of {limits.memory_mb} MiB exceeded"
+    if sig is not None:
+        return "killed", f"killed by signal {signal.Signals(sig).name}"
+    if returncode != 0:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        return "error", f"exit code {returncode}: {last[:300]}"
+    return "ok", None

@@ -1,0 +1,64 @@
+"""Synthetic solver for the ``arith`` domain — a BENCHMARK INSTRUMENT, not a model.
+
+It reads the expression out of an arith solver prompt and answers correctly with probability
+``sigmoid(slope * (offset - complexity))`` where ``complexity`` is
+:func:`curriculum.domains.arith.complexity`; otherwise it answers the true value plus a non-zero
+offset in ±1..10 (an off-by-something integer). Draws are seeded by (solver seed, sampling seed,
+prompt, attempt index), so the same request gives the same answers and the whole pipeline is
+reproducible. Its ``solver_id`` always starts with ``synthetic:`` so its trials can never be
+mistaken for a real solver's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+import time
+
+from curriculum.domains.arith import ArithError, analyse, complexity
+from curriculum.domains.base import Task
+from curriculum.solvers.base import Completion, Sampling
+
+_PROMPT_EXPR = re.compile(r"Compute:\s*([0-9+\-*() ]+?)\s*(?:\n|$)")
+
+
+class SyntheticArithSolver:
+    """Logistic-in-complexity success probability; seeded; labelled ``synthetic:``."""
+
+    def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0) -> None:
+        self.slope = slope
+        self.offset = offset
+        self.seed = seed
+        self.solver_id = f"synthetic:arith-logistic(slope={slope:g},offset={offset:g},seed={seed})"
+
+    def success_probability(self, expression: str) -> float:
+        """P(correct) for ``expression`` (raises :class:`ArithError` if it does not parse)."""
+        c = complexity(Task("arith", expression))
+        return 1.0 / (1.0 + math.exp(-self.slope * (self.offset - c)))
+
+    def _rng(self, prompt: str, attempt: int, sampling_seed: int | None) -> random.Random:
+        key = f"{self.seed}|{sampling_seed}|{attempt}|{prompt}".encode()
+        return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+    def _answer(self, prompt: str, attempt: int, sampling: Sampling) -> Completion:
+        started = time.perf_counter()
+        match = _PROMPT_EXPR.search(prompt)
+        if match is None:
+            return Completion(None, error="synthetic solver: not an arith solver prompt")
+        expression = match.group(1).strip()
+        try:
+            value = analyse(expression).value
+            p = self.success_probability(expression)
+        except ArithError as err:
+            return Completion(None, error=f"synthetic solver: bad expression: {err}")
+        rng = self._rng(prompt, attempt, sampling.seed)
+        correct = rng.random() < p
+        answer = value if correct else value + rng.choice((-1, 1)) * rng.randint(1, 10)
+        return Completion(f"The answer is {answer}.", latency_s=time.perf_counter() - started,
+                          meta={"synthetic": True, "p_correct": p, "correct": correct})
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        """``n`` answers per prompt, in order (the SolverBackend contract)."""
+        return [[self._answer(prompt, i, sampling) for i in range(n)] for prompt in prompts]

@@ -1,0 +1,56 @@
+"""Offline bootstrap of the tiny arith generator and its CLI command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
+from daemon.cli_bootstrap import bootstrap as bootstrap_command
+
+TINY = BootstrapSettings(steps=3, hidden_size=64, num_layers=2, eval_samples=8, max_new_tokens=16)
+
+
+def test_cli_rejects_unknown_domain_with_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(bootstrap_command, ["nope", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "arith" in result.output and "azr" in result.output and "math" in result.output
+
+
+def test_unknown_domain_in_api_raises() -> None:
+    with pytest.raises(ValueError, match="arith"):
+        bootstrap("azr", "unused")
+
+
+@pytest.mark.slow
+def test_small_bootstrap_caches_and_reuses(tmp_path: Path) -> None:
+    first = bootstrap("arith", tmp_path, settings=TINY, show_progress=False)
+    assert not first.reused and 0.0 <= first.validity <= 1.0
+    assert (first.path / "bootstrap.json").exists() and (first.path / "config.json").exists()
+    mtime = (first.path / "bootstrap.json").stat().st_mtime_ns
+    second = bootstrap("arith", tmp_path, settings=TINY, show_progress=False)
+    assert second.reused and second.path == first.path and second.validity == first.validity
+    assert (first.path / "bootstrap.json").stat().st_mtime_ns == mtime
+    other = bootstrap("arith", tmp_path, settings=TINY, steps=4, show_progress=False)
+    assert not other.reused and other.path != first.path
+    model, tokenizer = load_bootstrapped(first.path)
+    assert model.config.model_type == "qwen2" and len(tokenizer) == model.config.vocab_size
+
+
+@pytest.mark.slow
+def test_cli_bootstrap_prints_model_and_validity(tmp_path: Path) -> None:
+    result = CliRunner().invoke(bootstrap_command, ["arith", "--data-dir", str(tmp_path), "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "model:" in result.output and "validity:" in result.output
+    again = CliRunner().invoke(bootstrap_command, ["arith", "--data-dir", str(tmp_path), "--steps", "2"])
+    assert "reused cached model" in again.output
+
+
+@pytest.mark.slow
+def test_full_bootstrap_reaches_95_percent_validity(tmp_path: Path) -> None:
+    """The real recipe (~3 min on 2 free cores; longer on a loaded machine)."""
+    result = bootstrap("arith", tmp_path, show_progress=False)
+    assert 0.8e6 < result.n_params < 1.2e6
+    assert result.validity >= 0.95, f"measured validity {result.validity:.3f}"

@@ -1,0 +1,238 @@
+"""Adversarial programs against the real sandbox backends: contained, classified, bounded, host unaffected."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
+from curriculum.sandbox.base import Sandbox
+
+BWRAP_OK, BWRAP_REASON = bwrap_probe()
+IS_ROOT = os.geteuid() == 0
+needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap unusable: {BWRAP_REASON}")
+
+BACKENDS = [
+    pytest.param("bubblewrap", marks=needs_bwrap),
+    pytest.param("rlimit"),
+]
+FAST = Limits(cpu_s=1, wall_s=1.5, memory_mb=512, max_procs=16)
+
+
+def make(name: str) -> Sandbox:
+    return BubblewrapSandbox(FAST) if name == "bubblewrap" else RlimitSandbox(FAST)
+
+
+def nobody_processes() -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == 65534:
+                    count += 1
+            except FileNotFoundError:
+                continue
+    return count
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_infinite_loop_times_out(backend: str) -> None:
+    started = time.monotonic()
+    result = make(backend).run_python("while True:\n    pass\n")
+    assert result.status == "timeout", result.log_view()
+    assert "limit" in (result.reason or "")
+    assert time.monotonic() - started < 6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sleeping_code_hits_wall_clock(backend: str) -> None:
+    result = make(backend).run_python("import time\ntime.sleep(60)\n")
+    assert result.status == "timeout"
+    assert "wall-clock" in (result.reason or "")
+    assert result.wall_s < 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_bomb_is_contained(backend: str) -> None:
+    if backend == "rlimit" and not IS_ROOT:
+        pytest.skip("RLIMIT_NPROC counts all of the test user's processes when not root")
+    code = (
+        "import os, time\n"
+        "made = 0\n"
+        "try:\n"
+        "    for _ in range(10000):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30)\n"
+        "            os._exit(0)\n"
+        "        made += 1\n"
+        "except OSError as err:\n"
+        "    print('blocked', made, err.errno)\n"
+    )
+    started = time.monotonic()
+    result = make(backend).run_python(code)
+    assert time.monotonic() - started < 6
+    assert "blocked" in result.stdout, result.log_view()
+    assert int(result.stdout.split()[1]) < FAST.max_procs
+    if IS_ROOT:  # every forked child was killed with the sandbox
+        deadline = time.monotonic() + 3
+        while nobody_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert nobody_processes() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unbounded_fork_bomb_ends(backend: str) -> None:
+    if backend == "rlimit" and not IS_ROOT:
+        pytest.skip("RLIMIT_NPROC counts all of the test user's processes when not root")
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    result = make(backend).run_python(code)
+    assert result.status in ("timeout", "killed"), result.log_view()
+    assert result.wall_s < 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_memory_hog_is_classified(backend: str) -> None:
+    result = make(backend).run_python("blob = bytearray(4 * 1024**3)\n")
+    assert result.status == "memory", result.log_view()
+    assert "MiB" in (result.reason or "")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_huge_output_is_cut(backend: str) -> None:
+    limits = Limits(cpu_s=2, wall_s=5.0, stdout_bytes=1 << 20)
+    sandbox = BubblewrapSandbox(limits) if backend == "bubblewrap" else RlimitSandbox(limits)
+    result = sandbox.run_python("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    assert result.status == "output_limit"
+    assert len(result.stdout) <= 1 << 20
+    assert len(str(result.log_view()["stdout"])) < 3000
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_environment_secrets_are_not_visible(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROPEL_FAKE_SECRET", "hunter2-fake-secret")
+    code = (
+        "import os\n"
+        "print(dict(os.environ))\n"
+        f"for path in ('/proc/1/environ', '/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/environ'):\n"
+        "    try:\n"
+        "        print(open(path, 'rb').read())\n"
+        "    except OSError as err:\n"
+        "        print('denied', path, err.errno)\n"
+    )
+    if backend == "rlimit" and not IS_ROOT:
+        code = "import os\nprint(dict(os.environ))\n"
+    result = make(backend).run_python(code)
+    assert result.status == "ok", result.log_view()
+    assert "PROPEL_FAKE_SECRET" not in result.stdout
+    assert "hunter2" not in result.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_recursion_bomb_is_classified(backend: str) -> None:
+    code = "import sys\nsys.setrecursionlimit(10**7)\ndef r(n):\n    return r(n + 1) + 1\nr(0)\n"
+    result = make(backend).run_python(code)
+    assert result.status in ("killed", "memory", "error", "timeout"), result.log_view()
+    assert result.reason
+    assert result.wall_s < 5
+
+
+@needs_bwrap
+def test_bwrap_blocks_localhost_server() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+
+    def accept() -> None:
+        try:
+            accepted.append(server.accept())
+        except TimeoutError:
+            return
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    code = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "    print('CONNECTED')\n"
+        "except OSError as err:\n"
+        "    print('refused', err.errno)\n"
+    )
+    result = BubblewrapSandbox(FAST).run_python(code)
+    thread.join()
+    server.close()
+    assert result.status == "ok", result.log_view()
+    assert "CONNECTED" not in result.stdout
+    assert accepted == []
+
+
+@needs_bwrap
+def test_bwrap_cannot_write_outside_its_tmp(tmp_path: Path) -> None:
+    target = tmp_path / "escaped.txt"
+    repo_target = Path(__file__).resolve().parent / "escaped.txt"
+    code = (
+        f"for path in ({str(target)!r}, {str(repo_target)!r}, '/etc/escaped', '/usr/escaped'):\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as err:\n"
+        "        print('blocked', path, err.errno)\n"
+        "open('/tmp/inside.txt', 'w').write('ok')\n"
+        "print('tmp ok')\n"
+    )
+    result = BubblewrapSandbox(FAST).run_python(code)
+    assert result.status == "ok", result.log_view()
+    assert "tmp ok" in result.stdout
+    assert not target.exists() and not repo_target.exists()
+    assert not Path("/etc/escaped").exists() and not Path("/usr/escaped").exists()
+
+
+@needs_bwrap
+def test_bwrap_hides_host_files() -> None:
+    code = (
+        "import os\n"
+        "print(sorted(os.listdir('/')))\n"
+        f"print(os.path.exists({str(Path(__file__).resolve())!r}))\n"
+    )
+    result = BubblewrapSandbox(FAST).run_python(code)
+    assert result.status == "ok"
+    assert "'work'" not in result.stdout and "'home'" not in result.stdout
+    assert result.stdout.strip().endswith("False")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the rlimit backend only drops privileges when started as root")
+def test_rlimit_as_root_cannot_write_host_files(tmp_path: Path) -> None:
+    target = tmp_path / "escaped.txt"
+    code = f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError as err:\n    print('blocked', err.errno)\n"
+    result = RlimitSandbox(FAST).run_python(code)
+    assert "blocked" in result.stdout
+    assert not target.exists()
+
+
+def test_rlimit_backend_declares_itself_weaker() -> None:
+    assert RlimitSandbox.isolates_fs_and_network is False
+    assert BubblewrapSandbox.isolates_fs_and_network is True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dynamic_import_tricks_stay_contained(backend: str, tmp_path: Path) -> None:
+    if backend == "rlimit" and not IS_ROOT:
+        pytest.skip("the rlimit backend cannot protect the user's own files when not root")
+    marker = tmp_path / "pwned"
+    code = (
+        "mod = getattr(__builtins__, '__imp' + 'ort__')('o' + 's')\n"
+        f"rc = mod.system('touch {marker}')\n"
+        "sub = ().__class__.__base__.__subclasses__()\n"
+        "print('rc', rc, len(sub))\n"
+    )
+    result = make(backend).run_python(code)
+    assert result.status in ("ok", "error"), result.log_view()
+    assert not marker.exists()

@@ -1,0 +1,148 @@
+"""Pure command-line / container-spec builders, classification and backend selection."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from curriculum.sandbox import Limits, bwrap_argv, get_sandbox, rlimit_argv
+from curriculum.sandbox.base import SCRUBBED_ENV, truncate
+from curriculum.sandbox.docker_backend import DockerSandbox, container_spec
+from curriculum.sandbox.process import Capture, classify, prlimit_argv
+
+LIMITS = Limits(cpu_s=3, wall_s=5.0, memory_mb=256, max_procs=8, file_size_mb=2, tmpfs_mb=16)
+
+
+def test_bwrap_argv_as_root_drops_to_nobody_without_user_namespace() -> None:
+    argv = bwrap_argv(["python", "-c", "1"], ("/opt/py",), LIMITS, as_root=True, symlinks={"/bin": "usr/bin"})
+    assert argv[0] == "bwrap"
+    for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent", "--new-session"):
+        assert flag in argv
+    assert "--unshare-user" not in argv
+    sep = argv.index("--")
+    inner = argv[sep + 1:]
+    assert inner[0].endswith("setpriv") and "--reuid=65534" in inner and inner[-3:] == ["python", "-c", "1"]
+    assert argv[argv.index("--tmpfs") - 1] == str(16 * 1024 * 1024)
+    assert argv[argv.index("/opt/py") - 1: argv.index("/opt/py") + 2] == ["--ro-bind", "/opt/py", "/opt/py"]
+    assert argv[argv.index("usr/bin") - 1: argv.index("usr/bin") + 2] == ["--symlink", "usr/bin", "/bin"]
+    assert "--bind" not in argv  # nothing is writable except the tmpfs
+
+
+def test_bwrap_argv_unprivileged_uses_user_namespace() -> None:
+    argv = bwrap_argv(["python"], (), LIMITS, as_root=False, symlinks={})
+    assert "--unshare-all" in argv and "--unshare-user" in argv
+    assert argv[argv.index("--uid") + 1] == "65534"
+    assert argv[argv.index("--cap-drop"): argv.index("--cap-drop") + 2] == ["--cap-drop", "ALL"]
+
+
+def test_prlimit_and_rlimit_argv() -> None:
+    pre = prlimit_argv(LIMITS)
+    assert "--cpu=3:4" in pre and f"--as={256 * 1024 * 1024}" in pre and "--nproc=8" in pre
+    assert f"--fsize={2 * 1024 * 1024}" in pre
+    root = rlimit_argv(["python"], LIMITS, as_root=True)
+    assert any(a.endswith("setpriv") for a in root) and root[-1] == "python"
+    assert not any(a.endswith("setpriv") for a in rlimit_argv(["python"], LIMITS, as_root=False))
+
+
+def test_docker_container_spec_is_locked_down() -> None:
+    spec = container_spec("print(1)", b"in", LIMITS, image="img")
+    assert spec["network_disabled"] is True and spec["network_mode"] == "none"
+    assert spec["read_only"] is True and spec["cap_drop"] == ["ALL"]
+    assert spec["mem_limit"] == LIMITS.memory_bytes and spec["pids_limit"] == 8
+    assert spec["user"] == "65534:65534" and "no-new-privileges" in spec["security_opt"]
+    assert "/tmp" in spec["tmpfs"] and "size=16m" in spec["tmpfs"]["/tmp"]
+    env = spec["environment"]
+    assert set(env) == set(SCRUBBED_ENV) | {"PROPEL_CODE_B64", "PROPEL_STDIN_B64"}
+    assert {u["Name"] for u in spec["ulimits"]} >= {"cpu", "fsize", "nproc"}
+
+
+class _FakeContainer:
+    def __init__(self, exit_code: int, out: bytes, oom: bool = False) -> None:
+        self.exit_code, self.out, self.oom = exit_code, out, oom
+        self.removed = False
+        self.attrs: dict[str, Any] = {}
+
+    def start(self) -> None: ...
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        return {"StatusCode": self.exit_code}
+
+    def logs(self, stdout: bool, stderr: bool) -> bytes:
+        return self.out if stdout else b""
+
+    def reload(self) -> None:
+        self.attrs = {"State": {"OOMKilled": self.oom}}
+
+    def kill(self) -> None: ...
+
+    def remove(self, force: bool) -> None:
+        self.removed = True
+
+
+class _FakeClient:
+    def __init__(self, container: _FakeContainer) -> None:
+        self.container = container
+        self.specs: list[dict[str, Any]] = []
+        self.containers = self
+
+    def create(self, **spec: Any) -> _FakeContainer:
+        self.specs.append(spec)
+        return self.container
+
+
+@pytest.mark.parametrize(("exit_code", "oom", "status"), [(0, False, "ok"), (137, True, "memory"), (1, False, "error")])
+def test_docker_sandbox_with_fake_engine(exit_code: int, oom: bool, status: str) -> None:
+    container = _FakeContainer(exit_code, b"hello\n", oom)
+    client = _FakeClient(container)
+    result = DockerSandbox(LIMITS, client=client).run_python("print('hello')")
+    assert result.status == status and result.backend == "docker"
+    assert container.removed
+    assert client.specs[0]["network_disabled"] is True
+
+
+def test_docker_sandbox_without_engine_is_an_infra_value() -> None:
+    class Broken:
+        @property
+        def containers(self) -> Any:
+            raise ConnectionError("no engine")
+
+    result = DockerSandbox(LIMITS, client=Broken()).run_python("print(1)")
+    assert result.status == "error" and result.meta.get("infra") is True
+    assert "docker unavailable" in (result.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stderr", "wall_s", "expected"),
+    [
+        (0, "", 0.1, "ok"),
+        (1, "Traceback...\nMemoryError", 0.1, "memory"),
+        (-int(signal.SIGXCPU), "", 3.1, "timeout"),
+        (128 + int(signal.SIGKILL), "", 3.5, "timeout"),
+        (128 + int(signal.SIGSEGV), "", 0.1, "killed"),
+        (2, "boom", 0.1, "error"),
+    ],
+)
+def test_classify_table(returncode: int, stderr: str, wall_s: float, expected: str) -> None:
+    status, reason = classify(returncode, Capture(bytearray(), bytearray()), stderr, 0.0, LIMITS, 128, wall_s)
+    assert status == expected
+    assert (reason is None) == (expected == "ok")
+
+
+def test_truncate_and_unknown_backend() -> None:
+    assert truncate("x" * 5000, 100).endswith("[4900 more chars]")
+    with pytest.raises(ValueError, match="bubblewrap"):
+        get_sandbox("chroot")
+
+
+def test_limits_validation_names_the_field() -> None:
+    with pytest.raises(ValueError, match="cpu_s"):
+        Limits(cpu_s=0)
+
+
+def test_auto_selection_reports_backend() -> None:
+    sandbox = get_sandbox("auto", LIMITS)
+    result = sandbox.run_python("print(6 * 7)")
+    assert result.stdout.strip() == "42"
+    assert result.backend == sandbox.name in ("bubblewrap", "rlimit")
