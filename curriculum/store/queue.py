@@ -18,12 +18,13 @@ Semantics (at-least-once delivery, idempotent ack):
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import String, and_, cast, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from curriculum.store.db import insert_ignore
@@ -50,7 +51,7 @@ class Leased:
     message: dict[str, Any]
 
 
-def enqueue(sess: Session, items: list[tuple[int, int | None, str | None, dict[str, Any]]]) -> int:
+def enqueue(sess: Session, items: Sequence[tuple[int, int | None, str | None, dict[str, Any]]]) -> int:
     """Add ``(task_id, run_id, topic, message)`` rows; tasks already queued are skipped."""
     now = utcnow()
     rows = [{"task_id": t, "run_id": r, "topic": topic, "message": msg, "state": "ready",
@@ -77,38 +78,42 @@ def lease(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: in
     visible = or_(QueueItem.state == "ready",
                   and_(QueueItem.state == "leased", QueueItem.lease_until < now))
     pick = (select(QueueItem.id).where(visible).order_by(QueueItem.id).limit(n)
-            .with_for_update(skip_locked=True))
-    ids = list(sess.scalars(pick))
-    if not ids:
-        return []
+            .with_for_update(skip_locked=True)).scalar_subquery()
     until = now + timedelta(seconds=lease_s)
-    out = []
-    for qid in ids:  # one token per row: a redelivered row must not share a token with its old lease
-        token = secrets.token_hex(16)
-        row = sess.execute(update(QueueItem).where(QueueItem.id == qid).values(
-            state="leased", lease_until=until, lease_token=token, consumer=consumer,
-            attempts=QueueItem.attempts + 1,
-        ).returning(QueueItem.task_id, QueueItem.attempts, QueueItem.message)).one()
-        out.append(Leased(qid, int(row.task_id), token, until, int(row.attempts), dict(row.message)))
-    return out
+    # One statement for the whole batch. Each row's token is a fresh random batch secret plus the
+    # row id: unique per row, unguessable, and different from any earlier lease of the same row.
+    token = literal(secrets.token_hex(12) + "-") + cast(QueueItem.id, String)
+    stmt = (update(QueueItem).where(QueueItem.id.in_(pick))
+            .values(state="leased", lease_until=until, lease_token=token, consumer=consumer,
+                    attempts=QueueItem.attempts + 1)
+            .returning(QueueItem.id, QueueItem.task_id, QueueItem.attempts, QueueItem.message, QueueItem.lease_token))
+    rows = sess.execute(stmt.execution_options(synchronize_session=False)).all()
+    return [Leased(int(r.id), int(r.task_id), str(r.lease_token), until, int(r.attempts), dict(r.message))
+            for r in sorted(rows, key=lambda r: r.id)]
 
 
 def ack(sess: Session, task_id: int, *, solved: int, n: int, solver: str,
         lease_token: str | None = None, now: datetime | None = None) -> AckStatus:
-    """Record a trainer's outcome for a task (``solved`` of ``n``); idempotent."""
+    """Record a trainer's outcome for a task (``solved`` of ``n``); idempotent.
+
+    The common case is one conditional ``UPDATE … RETURNING``; only a refused ack reads the row
+    to say why.
+    """
     now = now or utcnow()
-    row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
-    if row is None:
+    cond = [QueueItem.task_id == task_id, QueueItem.state == "leased"]
+    if lease_token is not None:
+        cond.append(QueueItem.lease_token == lease_token)
+    done = sess.execute(update(QueueItem).where(*cond).values(
+        state="acked", acked_at=now, lease_token=None, outcome_solved=solved, outcome_n=n, outcome_solver=solver,
+    ).returning(QueueItem.id).execution_options(synchronize_session=False)).first()
+    if done is not None:
+        return AckStatus.ACKED
+    state = sess.scalars(select(QueueItem.state).where(QueueItem.task_id == task_id)).first()
+    if state is None:
         return AckStatus.NOT_FOUND
-    if row.state == "acked":
+    if state == "acked":
         return AckStatus.ALREADY_ACKED
-    if row.state != "leased":
-        return AckStatus.NOT_LEASED
-    if lease_token is not None and lease_token != row.lease_token:
-        return AckStatus.LEASE_LOST
-    row.state, row.acked_at, row.lease_token = "acked", now, None
-    row.outcome_solved, row.outcome_n, row.outcome_solver = solved, n, solver
-    return AckStatus.ACKED
+    return AckStatus.LEASE_LOST if state == "leased" else AckStatus.NOT_LEASED
 
 
 def nack(sess: Session, task_id: int, max_attempts: int, lease_token: str | None = None) -> AckStatus:
