@@ -167,10 +167,11 @@ def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: 
     return labels
 
 
-def trials_since(store: Store, solver_id: str, seconds: float) -> int:
-    """Distinct tasks attempted by ``solver_id`` in the last ``seconds`` (for the hourly budget)."""
+def trials_since(store: Store, solver_id: str, seconds: float, distinct_tasks: bool = True) -> int:
+    """Tasks (or, with ``distinct_tasks=False``, trial rows) of ``solver_id`` in the last ``seconds``."""
     since = utcnow() - timedelta(seconds=seconds)
+    what = func.count(func.distinct(SolverTrial.task_id)) if distinct_tasks else func.count()
     with store.session() as s:
-        q = select(func.count(func.distinct(SolverTrial.task_id))).where(
-            SolverTrial.solver_id == solver_id, SolverTrial.created_at >= since)
+        q = select(what).select_from(SolverTrial).where(SolverTrial.solver_id == solver_id,
+                                                         SolverTrial.created_at >= since)
         return int(s.execute(q).scalar_one())

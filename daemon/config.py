@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.alerts import DEFAULT_RULES, AlertRule, AlertRules
+
 ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "PROPEL_DATABASE_URL": ("store", "url"),
     "PROPEL_BROKER_URL": ("broker", "url"),
@@ -221,11 +223,47 @@ class EmissionConfig(_Section):
     default_lease_s: int = Field(default=600, ge=1)
 
 
-class AlertsConfig(_Section):
-    """Collapse-metric sample size and webhook sink."""
+class DaemonConfig(_Section):
+    """The driver: cycle cadence, leadership, lifecycle."""
 
-    sample_size: int = Field(default=256, ge=8, description="fixed sample for Self-BLEU-3 / Distinct-3")
-    webhook_url: str | None = None
+    sample_size: int = Field(default=128, ge=1, description="fresh tasks sampled per cycle")
+    tick_interval_s: float = Field(default=0.5, gt=0, description="APScheduler interval of the driver job")
+    retrain_min_false_positives: int = Field(default=8, ge=0, description="0 disables FP-triggered retrains")
+    emit_lookback_cycles: int = Field(default=3, ge=1, description="cycles whose tasks may still be emitted")
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_stale_s: float = Field(default=120.0, gt=0, description="`propel check` fails past this age")
+    lease_ttl_s: float = Field(default=30.0, gt=0, description="lease-row expiry (SQLite leadership)")
+    standby: Literal["wait", "refuse"] = Field(default="wait", description="when another daemon leads")
+    shutdown_deadline_s: float = Field(default=60.0, gt=0)
+    serve_api: bool = Field(default=True, description="start the HTTP API inside `propel run`")
+
+    @model_validator(mode="after")
+    def _beats(self) -> DaemonConfig:
+        if self.heartbeat_s * 2 > self.lease_ttl_s:
+            raise ValueError("daemon.lease_ttl_s must be at least twice daemon.heartbeat_s, or a live leader "
+                             "loses its lease between heartbeats")
+        return self
+
+
+class AlertsConfig(_Section):
+    """Collapse-metric sample size, alert rules (``[[alerts.rules]]``) and the webhook sink."""
+
+    sample_size: int = Field(default=96, ge=8, description="fixed sample for Self-BLEU-3 / Distinct-3 "
+                             "(part of the metric's definition: Self-BLEU grows with sample size)")
+    webhook_url: str | None = Field(default=None, description="POST alert JSON here (retried, never blocks)")
+    rules: tuple[AlertRule, ...] = Field(default=DEFAULT_RULES, description="see docs/OPERATIONS.md")
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_rules(cls, value: tuple[AlertRule, ...]) -> tuple[AlertRule, ...]:
+        return AlertRules(rules=value).rules
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("alerts.webhook_url must start with http:// or https://")
+        return value or None
 
 
 class ApiConfig(_Section):
@@ -255,9 +293,14 @@ class PropelConfig(_Section):
     emission: EmissionConfig = EmissionConfig()
     alerts: AlertsConfig = AlertsConfig()
     api: ApiConfig = ApiConfig()
+    daemon: DaemonConfig = DaemonConfig()
 
     @model_validator(mode="after")
     def _cross(self) -> PropelConfig:
+        if self.alerts.sample_size > self.daemon.sample_size:
+            raise ValueError(
+                f"alerts.sample_size ({self.alerts.sample_size}) must not exceed daemon.sample_size "
+                f"({self.daemon.sample_size}): the diversity metrics need a full fixed-size sample each cycle")
         if self.solver.backend == "synthetic" and self.domain.name != "arith":
             raise ValueError(
                 "solver.backend = 'synthetic' only works with domain.name = 'arith'; "

@@ -1,0 +1,139 @@
+"""Wiring for ``propel run``: config → store, engine, spot-checker, alerts, API → the service loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from threading import Event
+from typing import Any
+
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling
+from curriculum.spotcheck import Band
+from curriculum.store import repo
+from curriculum.store.db import Store
+from daemon.alerts import AlertManager, MitigationKind, build_sinks
+from daemon.config import PropelConfig, mask_url
+from daemon.driver import Driver, DriverHooks, DriverSettings
+from daemon.engine_api import Engine, SpotChecker
+from daemon.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
+from daemon.progress import Progress
+from daemon.service import RunOptions, open_run, serve
+
+
+def driver_settings(cfg: PropelConfig) -> DriverSettings:
+    sc = cfg.spotcheck
+    return DriverSettings(
+        run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
+        sample_size=cfg.daemon.sample_size, band=Band(sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials),
+        budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
+        frontier_threshold=cfg.probes.frontier_threshold,
+        retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
+        min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
+        high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
+        diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model)
+
+
+def solver_kwargs(cfg: PropelConfig) -> dict[str, object]:
+    kw: dict[str, object] = {"backend": cfg.solver.backend, "model": cfg.solver.model,
+                             "base_url": cfg.solver.base_url, "timeout_s": cfg.solver.timeout_s,
+                             "max_concurrency": cfg.solver.max_concurrency, "max_retries": cfg.solver.max_retries,
+                             "artificial_latency_s": cfg.solver.artificial_latency_s, "seed": cfg.seed}
+    if cfg.solver.backend == "openai":
+        kw["options"] = {"endpoint": cfg.solver.endpoint}
+    return kw
+
+
+def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
+    """In-process spot-checks without a broker; Celery with one."""
+    from daemon.spot import CelerySpotChecker, InProcessSpotChecker
+
+    sampling = Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
+    if cfg.broker.embedded:
+        return InProcessSpotChecker(store, engine.domain, build_solver(**solver_kwargs(cfg)), sampling)  # type: ignore[arg-type]
+    from daemon.cli_worker import worker_settings
+    from workers import runtime
+    from workers.app import configure_app
+
+    settings = worker_settings(cfg)
+    runtime.configure(settings)
+    configure_app(settings)
+    solver_id = build_solver(**solver_kwargs(cfg)).solver_id  # type: ignore[arg-type]
+    return CelerySpotChecker(solver_id, cfg.run_name, cfg.broker.spotcheck_batch_size)
+
+
+def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
+        progress: Progress) -> int:
+    from daemon.engine import build_engine
+
+    store, run_id = open_run(cfg)
+    metrics = build_metrics()
+    hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
+    progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
+                 f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
+                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend == "synthetic" else ""))
+
+    def build_driver(stop: Event) -> Driver:
+        engine = build_engine(cfg, store, run_id, say=progress.say)
+        spot = build_spot(cfg, store, engine)
+        return Driver(store, run_id, engine, spot, driver_settings(cfg), hooks=hooks, should_stop=stop.is_set)
+
+    start_api: Callable[[], Callable[[], None]] | None = None
+    if serve_api:
+        def start_api() -> Callable[[], None]:
+            from daemon.api import ApiContext, create_app
+            from daemon.cli_run import start_api_thread
+
+            sc = cfg.spotcheck
+            ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,
+                             max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
+                             heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes)
+            app = create_app(ctx)
+            app.state.alert_rules = cfg.alerts.rules
+            stop = start_api_thread(cfg, app)
+            progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
+            return stop
+
+    options = RunOptions(cycles=cycles, until_cycle=until_cycle, on_report=progress)
+    try:
+        return serve(cfg, store, run_id, build_driver, options, progress.say, start_api)
+    finally:
+        hooks.close()
+        store.dispose()
+
+
+class ServiceHooks(DriverHooks):
+    """Prometheus export of every recorded metric; alert rules with their mitigations."""
+
+    def __init__(self, cfg: PropelConfig, store: Store, run_id: int, metrics: PropelMetrics,
+                 progress: Progress) -> None:
+        self.metrics, self.progress, self.store = metrics, progress, store
+        self.alerts_mgr = AlertManager(store, run_id, cfg.run_name, cfg.alerts.rules,
+                                       build_sinks(metrics, cfg.alerts.webhook_url))
+
+    def export(self, cycle: int, values: dict[str, float]) -> None:
+        export_cycle(self.metrics, values, cycle=cycle)
+        with self.store.session() as s:
+            export_queue_depths(self.metrics, repo.queue_depths(s))
+
+    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
+               counters: dict[str, Any]) -> None:
+        res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
+        paused = set(counters.get("paused_topics", []))
+        for event in res.fired:
+            self.progress.say(f"[red]alert[/red] {event.rule} fired at cycle {cycle} (value {event.value:.3g})")
+        for event in res.resolved:
+            self.progress.say(f"[green]resolved[/green] {event.rule} at cycle {cycle}")
+            paused -= set(counters.get("paused_by", {}).pop(event.rule, []))
+        for m in res.mitigations:
+            self.progress.say(f"mitigation {m.kind.value} (rule {m.rule}, topic {m.topic})")
+            if m.kind == MitigationKind.RAISE_KL:
+                counters["kl_factor"] = float(m.factor or 2.0)
+            elif m.kind == MitigationKind.RETRAIN_AUX_TOPIC:
+                counters["force_retrain"] = True
+            elif m.kind == MitigationKind.PAUSE_TOPIC and m.topic:
+                paused.add(m.topic)
+                counters.setdefault("paused_by", {}).setdefault(m.rule, []).append(m.topic)
+        counters["paused_topics"] = sorted(paused)
+
+    def close(self) -> None:
+        self.alerts_mgr.close()

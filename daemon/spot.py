@@ -1,0 +1,52 @@
+"""Spot-check dispatchers: in-process (embedded mode) or Celery (distributed mode).
+
+Both run the same plain function, :func:`curriculum.spotcheck.run_spotcheck`; a dispatch that
+cannot reach the broker raises :class:`DispatchError` and the driver retries it next cycle (the
+Celery task ids are deterministic and the trials idempotent, so a retry never duplicates rows).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from curriculum.domains.base import Domain
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.spotcheck import run_spotcheck
+from curriculum.store.db import Store
+
+log = logging.getLogger("propel.spot")
+
+
+class DispatchError(Exception):
+    """The broker could not take the spot-check messages (they will be retried)."""
+
+
+class InProcessSpotChecker:
+    """Embedded mode: attempts happen now, in this process."""
+
+    def __init__(self, store: Store, domain: Domain, solver: SolverBackend, sampling: Sampling) -> None:
+        self.store, self.domain, self.solver, self.sampling = store, domain, solver, sampling
+        self.solver_id = solver.solver_id
+        self.trials_written = 0
+
+    def dispatch(self, task_ids: Sequence[int], k: int) -> None:
+        res = run_spotcheck(self.store, self.domain, self.solver, task_ids, k, self.sampling)
+        self.trials_written += res.trials_written
+
+
+class CelerySpotChecker:
+    """Distributed mode: batches go to the run's Celery queue; results land in the store."""
+
+    def __init__(self, solver_id: str, run_name: str, batch_size: int) -> None:
+        self.solver_id, self.run_name, self.batch_size = solver_id, run_name, batch_size
+
+    def dispatch(self, task_ids: Sequence[int], k: int) -> None:
+        from kombu.exceptions import OperationalError
+
+        from workers.tasks import dispatch_spotchecks
+
+        try:
+            dispatch_spotchecks(task_ids, k, self.solver_id, self.run_name, self.batch_size)
+        except (OperationalError, ConnectionError, OSError) as err:
+            raise DispatchError(f"broker unreachable, {len(task_ids)} spot-checks deferred: {err}") from err

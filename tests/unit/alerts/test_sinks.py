@@ -1,0 +1,120 @@
+"""Sinks against real HTTP servers: webhook delivery, retries, dead webhooks; Prometheus exposition."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+
+from daemon.alerts import DEFAULT_RULES, AlertEvent, LogSink, PrometheusSink, WebhookSink, evaluate
+from daemon.metrics import METRIC_TABLE_NAMES, build_metrics, export_cycle, export_queue_depths, render, time_phase
+from tests.integration.servers import free_port, scripted_server
+
+
+def _fire_event(cycle: int = 3) -> AlertEvent:
+    history = {c: {"top_topic_share": 0.9} for c in range(cycle + 1)}
+    fires = [e for e in evaluate(DEFAULT_RULES, history, {}, topics={cycle: "+:1"}) if e.rule == "topic_collapse"]
+    return fires[0]
+
+
+def _wait_for(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def hanging_server() -> Iterator[str]:
+    """A TCP server that accepts connections (kernel backlog) but never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
+    finally:
+        sock.close()
+
+
+def test_webhook_receiver_gets_the_alert_json() -> None:
+    with scripted_server(lambda body, i: (200, {"ok": True})) as (url, seen):
+        sink = WebhookSink(url, timeout_s=2.0)
+        event = _fire_event()
+        sink.emit(event, "run-a")
+        _wait_for(lambda: len(seen) == 1)
+        sink.close()
+    body = seen[0]
+    assert body["status"] == "firing" and body["run"] == "run-a" and body["rule"] == "topic_collapse"
+    assert body["metric"] == "top_topic_share" and body["threshold"] == 0.5 and body["comparator"] == ">"
+    assert body["severity"] == "critical" and body["cycle"] == 2 and body["value"] == pytest.approx(0.9)
+    assert body["mitigation"] == {"kind": "retrain_aux_topic", "rule": "topic_collapse", "cycle": 2,
+                                  "factor": None, "topic": None}
+    assert body["schema_version"] == 1 and sink.delivered == 1
+
+
+def test_webhook_retries_5xx_with_backoff_and_does_not_retry_4xx() -> None:
+    def respond(body: dict[str, object], i: int) -> tuple[int, dict[str, object]]:
+        if body["rule"] == "bad":
+            return 400, {}
+        return (503, {}) if i < 2 else (200, {})
+
+    with scripted_server(respond) as (url, seen):
+        sink = WebhookSink(url, timeout_s=2.0, max_retries=3, backoff_s=0.05)
+        start = time.monotonic()
+        sink.emit(_fire_event(), "r")
+        _wait_for(lambda: sink.delivered == 1)
+        assert len(seen) == 3 and time.monotonic() - start >= 0.05 + 0.1
+        bad = AlertEvent("resolve", "bad", 9, 0.1, None)
+        sink.emit(bad, "r")
+        _wait_for(lambda: sink.failed == 1)
+        sink.close()
+    assert len(seen) == 4
+
+
+@pytest.mark.parametrize("target", ["closed", "hanging"])
+def test_dead_webhook_never_blocks_the_caller(target: str, hanging_server: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://127.0.0.1:{free_port()}/hook" if target == "closed" else hanging_server
+    sink = WebhookSink(url, timeout_s=0.3, max_retries=1, backoff_s=0.05, max_queue=4)
+    event = _fire_event()
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="propel.alerts"):
+        for _ in range(50):
+            sink.emit(event, "r")
+    assert time.monotonic() - start < 0.5
+    assert sink.dropped >= 50 - 4 - 1  # bounded queue (+ the one the worker holds)
+    assert "queue full" in caplog.text
+    start = time.monotonic()
+    sink.close(timeout_s=2.0)
+    assert time.monotonic() - start < 2.5
+    assert sink.delivered == 0
+
+
+def test_prometheus_exposition_has_propel_names() -> None:
+    metrics = build_metrics()
+    values = {name: 0.5 for name in METRIC_TABLE_NAMES} | {"emitted": 12, "solver_trials": 64, "kl": 0.1}
+    assert export_cycle(metrics, values, cycle=7) == ["kl"]
+    export_cycle(metrics, values, cycle=7)  # a re-run cycle must not double-count
+    export_queue_depths(metrics, {"ready": 5, "leased": 2})
+    with time_phase(metrics, "rl"):
+        pass
+    sink = PrometheusSink(metrics)
+    sink.emit(_fire_event(), "r")
+    LogSink().emit(_fire_event(), "r")
+    text = render(metrics)[0].decode()
+    for name in ("propel_self_bleu3_ratio 0.5", "propel_distinct3_ratio", "propel_top_topic_share_ratio",
+                 "propel_validity_ratio", "propel_reward_mean", "propel_reward_variance",
+                 "propel_probe_precision_ratio", "propel_false_positive_ratio", "propel_spotcheck_utility_ratio",
+                 'propel_queue_depth{state="ready"} 5.0', 'propel_queue_depth{state="dead"} 0.0',
+                 "propel_solver_budget_used_ratio", "propel_tasks_emitted_total 12.0",
+                 "propel_solver_trials_total 64.0", "propel_cycles_total 1.0", "propel_cycle 7.0",
+                 'propel_alerts_fired_total{rule="topic_collapse",severity="critical"} 1.0',
+                 'propel_alert_active{rule="topic_collapse",severity="critical"} 1.0',
+                 'propel_phase_duration_seconds_count{phase="rl"} 1.0'):
+        assert name in text, name
+    assert REGISTRY.get_sample_value("propel_cycles_total") is None  # private registry only
+    assert render(metrics)[1].startswith("text/plain")
