@@ -16,7 +16,8 @@ from typing import Any
 import click
 from rich.console import Console
 
-from daemon.config import ConfigError, PropelConfig, load_config, mask_url
+from daemon.cli_common import get_config
+from daemon.config import ConfigError, load_config, mask_url
 
 console = Console()
 
@@ -52,15 +53,6 @@ def mask_secrets(text: str) -> str:
     import re
 
     return re.sub(r"(\w+://[^:/@\s]+):[^@\s]+@", r"\1:***@", text)
-
-
-def get_config(ctx: click.Context) -> PropelConfig:
-    obj = ctx.ensure_object(dict)
-    if "config" not in obj:
-        path = obj.get("config_path")
-        obj["config"] = load_config(Path(path) if path else None)
-    config: PropelConfig = obj["config"]
-    return config
 
 
 @click.group(cls=PropelGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -15,18 +15,13 @@ from rich.console import Console
 
 from curriculum.store.db import Store
 from daemon.alerts import RuleFileError, load_rules
-from daemon.config import PropelConfig, load_config
+from daemon.cli_common import get_config
+from daemon.config import PropelConfig
 from daemon.replay import UnknownRunError, render_png, render_table, replay, replay_json
 
 
 def _config(ctx: click.Context) -> PropelConfig:
-    """The config of the ``propel`` root group (``--config`` / ``PROPEL_CONFIG``), or the defaults."""
-    obj = ctx.ensure_object(dict)
-    if "config" not in obj:
-        path = obj.get("config_path")
-        obj["config"] = load_config(Path(path) if path else None)
-    config: PropelConfig = obj["config"]
-    return config
+    return get_config(ctx)
 
 
 @click.group("alerts")

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 from alembic import command
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from rich.table import Table
 
 from curriculum.store import repo
 from curriculum.store.db import Store
+from daemon.cli_common import get_config
 from daemon.config import PropelConfig, mask_url
 from migrations import alembic_config
 
 
 def _config(ctx: click.Context) -> PropelConfig:
-    from daemon.cli import get_config
-
     return get_config(ctx)
 
 
@@ -29,27 +31,25 @@ def head_revision(url: str) -> str | None:
     return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the store at ``url`` to ``revision`` (creates the SQLite file if needed)."""
+def _migrate(url: str, step: Callable[[Config, str], None], revision: str) -> None:
     store = Store(url)
     try:
         cfg = alembic_config(url)
         with store.engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            step(cfg, revision)
     finally:
         store.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the store at ``url`` to ``revision`` (creates the SQLite file if needed)."""
+    _migrate(url, command.upgrade, revision)
 
 
 def downgrade(url: str, revision: str) -> None:
-    store = Store(url)
-    try:
-        cfg = alembic_config(url)
-        with store.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, revision)
-    finally:
-        store.dispose()
+    """Revert the store at ``url`` to ``revision`` (``base`` drops every table)."""
+    _migrate(url, command.downgrade, revision)
 
 
 @click.group("db")

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import click
 
+from daemon.cli_common import get_config
 from daemon.config import PropelConfig, mask_url
 
 
 def _cfg(ctx: click.Context) -> PropelConfig:
-    from daemon.cli import get_config
-
     return get_config(ctx)
 
 

@@ -43,7 +43,7 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, pool: str
     Needs broker.url and a shared store (PostgreSQL). Results are written to the store; a worker
     killed mid-batch leaves its message to be redelivered, and the re-run only writes missing trials.
     """
-    from daemon.cli import get_config
+    from daemon.cli_common import get_config
     from workers import runtime
     from workers.app import configure_app, queue_name
 

@@ -31,6 +31,16 @@ _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
 
 
+def _check_scheme(value: str | None, schemes: tuple[str, ...], what: str, example: str) -> str | None:
+    """Empty → None; otherwise the URL's scheme must be one of ``schemes`` (password masked in errors)."""
+    if not value:
+        return None
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in schemes:
+        raise ValueError(f"unsupported {what} URL {_mask(value)!r}: use {example}")
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -49,15 +59,8 @@ class StoreConfig(_Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        scheme = value.split("://", 1)[0] if "://" in value else ""
-        if scheme not in _DB_SCHEMES:
-            raise ValueError(
-                f"unsupported database URL {_mask(value)!r}: use sqlite:///PATH or "
-                "postgresql+psycopg://USER@HOST:PORT/DB"
-            )
-        if scheme.startswith("postgresql") and "/" not in value.split("://", 1)[1]:
+        value = _check_scheme(value, _DB_SCHEMES, "database", "sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB")
+        if value and value.startswith("postgresql") and "/" not in value.split("://", 1)[1]:
             raise ValueError("a PostgreSQL URL needs a database name: postgresql+psycopg://HOST/DB")
         return value
 
@@ -74,14 +77,7 @@ class BrokerConfig(_Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        scheme = value.split("://", 1)[0] if "://" in value else ""
-        if scheme not in _BROKER_SCHEMES:
-            raise ValueError(
-                f"unsupported broker URL {_mask(value)!r}: use redis://HOST:6379/0 or amqp://USER@HOST//"
-            )
-        return value
+        return _check_scheme(value, _BROKER_SCHEMES, "broker", "redis://HOST:6379/0 or amqp://USER@HOST//")
 
     @model_validator(mode="after")
     def _limits(self) -> BrokerConfig:
@@ -111,6 +107,8 @@ class GeneratorConfig(_Section):
     revision: str | None = None
     max_new_tokens: int = Field(default=48, ge=1)
     temperature: float = Field(default=1.0, gt=0)
+    bootstrap_steps: int | None = Field(default=None, ge=1, description="bootstrap:* models only: training "
+                                        "steps (default: the recipe; small values for tests)")
 
 
 class ReferenceConfig(_Section):
@@ -129,6 +127,8 @@ class ProbesConfig(_Section):
     architecture: Literal["linear", "mlp", "deep_mlp"] = "mlp"
     ensemble: Literal["min", "mean"] = "min"
     members: int = Field(default=1, ge=1, le=16)
+    train_samples: int = Field(default=512, ge=16, description="base-policy tasks labelled offline to train "
+                               "the first probe(s) of a fresh run")
     frontier_threshold: float = Field(
         default=0.5, gt=0, lt=1, description="probability above which a task is probe-high")
     ece_ceiling: float = Field(default=0.15, gt=0, le=1)

@@ -160,6 +160,8 @@ def serve(cfg: PropelConfig, store: Store, run_id: int, build_driver: Callable[[
         heartbeat(store, run_id)
         beat.start()
         driver = build_driver(stop)
+        if stop.is_set():  # a signal arrived while the models were loading
+            return EXIT_OK
         stop_api = start_api() if start_api is not None else None
         return run_loop(driver, cfg, options, stop)
     finally:

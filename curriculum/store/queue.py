@@ -116,20 +116,27 @@ def ack(sess: Session, task_id: int, *, solved: int, n: int, solver: str,
     return AckStatus.LEASE_LOST if state == "leased" else AckStatus.NOT_LEASED
 
 
-def nack(sess: Session, task_id: int, max_attempts: int, lease_token: str | None = None) -> AckStatus:
-    """Give a leased task back (``ready``), or dead-letter it when its attempts are spent."""
+def _held(sess: Session, task_id: int, lease_token: str | None) -> tuple[QueueItem | None, AckStatus]:
+    """The row locked for update when it is leased (under ``lease_token`` if given), else why not."""
     row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
     if row is None:
-        return AckStatus.NOT_FOUND
+        return None, AckStatus.NOT_FOUND
     if row.state == "acked":
-        return AckStatus.ALREADY_ACKED
+        return None, AckStatus.ALREADY_ACKED
     if row.state != "leased":
-        return AckStatus.NOT_LEASED
+        return None, AckStatus.NOT_LEASED
     if lease_token is not None and lease_token != row.lease_token:
-        return AckStatus.LEASE_LOST
-    row.state = "dead" if row.attempts >= max_attempts else "ready"
-    row.lease_until, row.lease_token = None, None
-    return AckStatus.ACKED
+        return None, AckStatus.LEASE_LOST
+    return row, AckStatus.ACKED
+
+
+def nack(sess: Session, task_id: int, max_attempts: int, lease_token: str | None = None) -> AckStatus:
+    """Give a leased task back (``ready``), or dead-letter it when its attempts are spent."""
+    row, status = _held(sess, task_id, lease_token)
+    if row is not None:
+        row.state = "dead" if row.attempts >= max_attempts else "ready"
+        row.lease_until, row.lease_token = None, None
+    return status
 
 
 def ready_count(sess: Session) -> int:
@@ -141,14 +148,10 @@ def ready_count(sess: Session) -> int:
 def renew(sess: Session, task_id: int, lease_token: str, lease_s: float, now: datetime | None = None) -> AckStatus:
     """Extend a live lease held with ``lease_token`` by ``lease_s`` from ``now``."""
     now = now or utcnow()
-    row = sess.scalars(select(QueueItem).where(QueueItem.task_id == task_id).with_for_update()).first()
+    row, status = _held(sess, task_id, lease_token)
     if row is None:
-        return AckStatus.NOT_FOUND
-    if row.state == "acked":
-        return AckStatus.ALREADY_ACKED
-    if row.state != "leased":
-        return AckStatus.NOT_LEASED
-    if lease_token != row.lease_token or (row.lease_until is not None and row.lease_until < now):
+        return status
+    if row.lease_until is not None and row.lease_until < now:
         return AckStatus.LEASE_LOST
     row.lease_until = now + timedelta(seconds=lease_s)
     return AckStatus.ACKED

@@ -1,0 +1,242 @@
+"""The model side of the daemon: TRL/PEFT generator, frozen reference, probe ensemble, reward.
+
+Built once per leader (standbys never load models). On a fresh run it trains the first primary
+probe(s) on an offline labelled batch of base-policy samples (the paper's probe-training set) and
+registers them; on a restart it reloads the active probes from the registry and the latest RL
+checkpoint from the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curriculum.domains.base import Domain, Task, get_domain
+from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
+from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
+from curriculum.rl.generator import GeneratorTrainer
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling
+from curriculum.spotcheck import Band, LabelValue, compute_label
+from curriculum.store import repo
+from curriculum.store.db import Store
+from daemon.config import PropelConfig
+from daemon.engine_api import LabelledSample, NewProbe, Scored
+from probes import (
+    FeatureExtractor,
+    FeatureSpec,
+    FrozenReference,
+    Probe,
+    ProbeScorer,
+    TrainConfig,
+    save_probe,
+    train_probe,
+)
+
+log = logging.getLogger("propel.engine")
+
+
+def resolve_model(spec: str, cfg: PropelConfig, say: Callable[[str], None]) -> str:
+    """``bootstrap:DOMAIN`` → the locally pretrained tiny model (built on first use); else unchanged."""
+    if not spec.startswith("bootstrap:"):
+        return spec
+    from curriculum.bootstrap import bootstrap
+
+    domain = spec.split(":", 1)[1]
+    say(f"bootstrapping the tiny {domain} generator in {cfg.data_dir} (cached after the first run)…")
+    result = bootstrap(domain, data_dir=cfg.data_dir, steps=cfg.generator.bootstrap_steps, show_progress=True)
+    say(f"generator {result.path} · {result.n_params:,} params · {result.validity:.1%} valid"
+        + (" (reused)" if result.reused else f" (trained in {result.train_s:.0f} s)"))
+    return str(result.path)
+
+
+def rl_config(cfg: PropelConfig, generator: str, reference: str, use_cpu: bool) -> GeneratorRLConfig:
+    rl = cfg.rl
+    lora = LoraSettings(rank=rl.lora_rank, alpha=rl.lora_alpha, dropout=rl.lora_dropout)
+    common: dict[str, Any] = {
+        "domain": cfg.domain.name, "lora": lora, "learning_rate": rl.learning_rate, "beta": rl.kl_beta,
+        "num_generations": rl.num_generations, "per_device_train_batch_size": rl.batch_size,
+        "temperature": cfg.generator.temperature, "max_completion_length": cfg.generator.max_new_tokens,
+        "invalid_floor_margin": rl.invalid_floor_margin, "seed": cfg.seed}
+    if use_cpu:
+        return cpu_profile(generator, reference, **common)
+    return gpu_profile(generator, reference, use_vllm=rl.use_vllm, bf16=rl.bf16, **common)
+
+
+class PropelEngine:
+    """Implements :class:`daemon.engine_api.Engine` with real models."""
+
+    def __init__(self, cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> None:
+        import torch
+
+        self.cfg, self.store, self.run_id, self.say = cfg, store, run_id, say
+        self.domain: Domain = get_domain(cfg.domain.name, **cfg.domain.options)
+        self.run_dir = Path(cfg.data_dir) / "runs" / cfg.run_name
+        generator = resolve_model(cfg.generator.model, cfg, say)
+        reference = generator if cfg.reference.model is None else resolve_model(cfg.reference.model, cfg, say)
+        use_cpu = not torch.cuda.is_available()
+        self.rl_cfg = rl_config(cfg, generator, reference, use_cpu)
+        self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
+        self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
+        self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
+        self.band = Band(cfg.spotcheck.k, cfg.spotcheck.band_lo, cfg.spotcheck.band_hi, cfg.spotcheck.min_valid_trials)
+        say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
+            f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
+        self.calibration_texts = self._calibration_texts()
+        self._ensure_primary_probes()
+        with store.session() as s:
+            active = repo.active_probes(s)
+        self.load_probes([p.artifact_uri for p in active if p.role == "primary"],
+                         [p.artifact_uri for p in active if p.role == "aux"])
+
+    # ---- probes and reward -------------------------------------------------------------------
+    def _calibration_texts(self) -> list[str]:
+        """Reference texts of a base-policy sample: the hard gate's floor is set below their logits."""
+        checks = self.domain.validate_batch(self.trainer.sample(64, seed=self.cfg.seed + 17))
+        texts = [self.domain.reference_text(v.task) for v in checks if v.valid]
+        if not texts:
+            raise RuntimeError("the generator produced no valid task in 64 samples: check generator.model "
+                               "and domain.name (the probe reward cannot be calibrated)")
+        return texts
+
+    def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
+        self.scorer = ProbeScorer.from_artifacts(self.reference, list(artifact_uris), self.cfg.probes.ensemble,
+                                                 list(aux_uris))
+        group = self.cfg.rl.num_generations
+        margin = self.cfg.rl.invalid_floor_margin
+        texts = self.calibration_texts
+        if self.cfg.rl.reward == "hard_gate":
+            self.reward: Any = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
+        elif self.cfg.rl.reward == "soft_gate":
+            self.reward = SoftGateReward(self.domain, self.scorer, group)
+        else:
+            self.reward = ProbeOnlyReward(self.domain, self.scorer, group)
+        self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
+                 f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
+
+    def _ensure_primary_probes(self) -> None:
+        with self.store.session() as s:
+            if any(p.role == "primary" for p in repo.active_probes(s)):
+                return
+        texts, labels = self._offline_labels(self.cfg.probes.train_samples)
+        x = FeatureExtractor(self.reference).extract(texts, [self.spec])[self.spec]
+        y = np.array([int(bool(lab.in_band)) for lab in labels])
+        ids = []
+        for member in range(self.cfg.probes.members):
+            name = f"{self.cfg.run_name}-primary-{member}"
+            probe = self._fit(x, y, name, seed=self.cfg.seed + member, training={
+                "rows": len(texts), "positives": int(y.sum()), "offline_solver_trials": len(texts) * self.band.k})
+            path = save_probe(probe, self.run_dir / "probes" / name)
+            with self.store.session() as s:
+                ids.append(repo.register_probe(s, name, "primary", str(path), self.reference.fingerprint,
+                                               {"metrics": probe.metrics, "training": probe.training}))
+        with self.store.session() as s:
+            repo.set_active_probes(s, ids)
+
+    def _offline_labels(self, n: int) -> tuple[list[str], list[LabelValue]]:
+        """Sample ``n`` base-policy tasks and label them with ``k`` solver attempts each (offline trials)."""
+        solver = build_solver(self.cfg.solver.backend, model=self.cfg.solver.model, base_url=self.cfg.solver.base_url,
+                              timeout_s=self.cfg.solver.timeout_s, max_concurrency=self.cfg.solver.max_concurrency,
+                              seed=self.cfg.seed)
+        checks = [v for v in self.domain.validate_batch(self.trainer.sample(n, seed=self.cfg.seed + 1)) if v.valid]
+        tasks = list({v.task.content_hash: v.task for v in checks}.values())
+        self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
+                 "to train the first probe (offline solver trials)…")
+        sampling = Sampling(temperature=self.cfg.solver.temperature, max_tokens=self.cfg.solver.max_tokens)
+        outs = solver.generate([self.domain.solver_prompt(t) for t in tasks], self.band.k, sampling)
+        labels = [compute_label([_outcome(self.domain, t, c.text) for c in row], self.band)
+                  for t, row in zip(tasks, outs, strict=True)]
+        keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
+        pos = sum(1 for i in keep if labels[i].in_band)
+        if pos == 0 or pos == len(keep):
+            raise RuntimeError(f"the offline probe set has {pos} in-band tasks of {len(keep)}: both classes are "
+                               "needed; change spotcheck.band_lo/band_hi or probes.train_samples")
+        return [self.domain.reference_text(tasks[i]) for i in keep], [labels[i] for i in keep]
+
+    def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(y))
+        cut = max(1, int(0.8 * len(y)))
+        tr, va = order[:cut], order[cut:]
+        has_val = len(set(y[va].tolist())) == 2
+        result = train_probe(x[tr], y[tr], self.cfg.probes.architecture, "downsample", TrainConfig(seed=seed),
+                             x[va] if has_val else None, y[va] if has_val else None)
+        metrics: dict[str, Any] = {"train_rows": int(result.train_rows)}
+        if has_val:
+            from probes.metrics import evaluate
+
+            metrics |= evaluate(y[va], result.head.probabilities(x[va])).to_dict()
+        return Probe(result.head, self.spec, self.reference.model_id, self.reference.fingerprint,
+                     self.reference.hidden_size, (self.band.lo, self.band.hi), self.band.k, name=name,
+                     training=training, metrics=metrics)
+
+    # ---- Engine protocol ---------------------------------------------------------------------
+    def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
+        if should_stop():
+            return {"steps": 0.0}
+        if kl_factor != 1.0:
+            self.trainer.config = replace(self.rl_cfg, beta=self.rl_cfg.beta * kl_factor)
+        try:
+            stats = self.trainer.train_steps(steps, self.reward, self.provenance())
+        finally:
+            self.trainer.config = self.rl_cfg
+        with self.store.session() as s:
+            repo.add_checkpoint(s, self.run_id, stats.end_step, stats.adapter_hash, stats.checkpoint)
+        out = {"reward_mean": stats.reward_mean, "reward_std": stats.reward_std, "validity": stats.validity_rate,
+               "zero_spread_share": stats.zero_spread_share, "steps": float(stats.steps), "step": float(stats.end_step),
+               "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
+        if stats.kl is not None:
+            out["kl"] = stats.kl
+        return out
+
+    def sample(self, n: int, seed: int) -> list[str]:
+        return self.trainer.sample(n, seed)
+
+    def score(self, texts: Sequence[str]) -> Scored:
+        scores = self.scorer.score(list(texts))
+        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities])
+
+    def rewards(self, completions: Sequence[str]) -> list[float]:
+        values = self.reward([""] * len(completions), list(completions))
+        return [float(v) for v in values if v is not None]
+
+    def provenance(self) -> dict[str, Any]:
+        return {"generator_step": self.trainer.global_step, "adapter_hash": self.trainer.adapter_hash(),
+                "probe_ensemble_id": self.scorer.ensemble.ensemble_id,
+                "reference_fingerprint": self.reference.fingerprint}
+
+    def train_aux(self, samples: Sequence[LabelledSample], negatives_topic: str | None,
+                  false_positive_ids: set[int], name: str) -> NewProbe | None:
+        from curriculum.coevolution import LabelledSample as CoSample
+        from curriculum.coevolution import train_aux_probe
+
+        co = [CoSample(s.task_id, self.domain.reference_text(Task(self.domain.name, s.text)), True, s.probability,
+                       LabelValue(s.solved, s.valid_trials, s.in_band), s.topic) for s in samples]
+        try:
+            result = train_aux_probe(co, self.scorer.extractor, self.spec, self.band,
+                                     threshold=self.cfg.probes.frontier_threshold, collapse_topic=negatives_topic,
+                                     arch=self.cfg.probes.architecture, name=name)
+        except ValueError as err:  # one class missing: nothing to learn yet
+            self.say(f"aux probe not trained: {err}")
+            return None
+        path = save_probe(result.probe, self.run_dir / "probes" / name)
+        self.say(f"aux probe {name}: {result.dataset.summary['negatives']} negatives "
+                 f"({len(result.dataset.false_positive_ids)} false positives, topic {negatives_topic})")
+        return NewProbe(name, str(path), self.reference.fingerprint,
+                        {"metrics": result.metrics, "training": result.dataset.summary})
+
+
+def _outcome(domain: Domain, task: Task, answer: str | None) -> str:
+    if answer is None:
+        return "null"
+    verdict = domain.grade(task, answer)
+    return "null" if verdict is None else ("pass" if verdict else "fail")
+
+
+def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:
+    return PropelEngine(cfg, store, run_id, say)

@@ -1,0 +1,100 @@
+"""End-to-end fixtures: one small bootstrapped generator per test session, daemon processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from curriculum.store.db import Store
+from curriculum.store.models import DaemonState, Run
+
+#: Training steps of the session's tiny generator: enough for mostly-valid arith, seconds not minutes.
+E2E_BOOTSTRAP_STEPS = int(os.environ.get("PROPEL_E2E_BOOTSTRAP_STEPS", "300"))
+
+
+@pytest.fixture(scope="session")
+def tiny_generator(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bootstrapped arith generator (cached per settings under a session directory)."""
+    from curriculum.bootstrap import bootstrap
+
+    cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path_factory.mktemp("e2e-models")))
+    result = bootstrap("arith", data_dir=cache, steps=E2E_BOOTSTRAP_STEPS, show_progress=False)
+    return result.path
+
+
+def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
+                 port: int = 0) -> Path:
+    """A small, fast daemon config (the embedded defaults shrunk for CPU tests)."""
+    path.write_text(f'''data_dir = "{data_dir}"
+run_name = "{run}"
+[store]
+url = "{db_url}"
+[generator]
+model = "{generator}"
+[daemon]
+sample_size = 32
+tick_interval_s = 0.05
+heartbeat_s = 1.0
+lease_ttl_s = 4.0
+retrain_min_false_positives = 4
+shutdown_deadline_s = 60
+[alerts]
+sample_size = 24
+[probes]
+train_samples = 192
+[rl]
+steps_per_chunk = 2
+batch_size = 8
+num_generations = 4
+[spotcheck]
+budget_per_cycle = 12
+[emission]
+min_probability = 0.2
+[api]
+port = {port}
+{extra}
+''')
+    return path
+
+
+def start_daemon(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "daemon.cli", "--config", str(config), "run", *args],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+
+
+def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    proc.wait(timeout=120)
+
+
+def run_state(store: Store, run: str) -> tuple[str | None, int, str | None]:
+    with store.session() as s:
+        row = s.execute(select(DaemonState.phase, DaemonState.cycle, DaemonState.leader_id)
+                        .join(Run, Run.id == DaemonState.run_id).where(Run.name == run)).first()
+    return (row.phase, row.cycle, row.leader_id) if row else (None, 0, None)
+
+
+def wait_until(pred, timeout_s: float, what: str, proc: subprocess.Popen[bytes] | None = None,
+               log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-4000:] if log else ""
+            pytest.fail(f"daemon exited ({proc.returncode}) while waiting for {what}:\n{tail}")
+        time.sleep(0.2)
+    tail = log.read_text()[-4000:] if log else ""
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")

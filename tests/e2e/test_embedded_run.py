@@ -1,0 +1,46 @@
+"""`propel run --cycles 3` on the embedded defaults (SQLite, in-process spot-checks, synthetic solver)
+from a fresh data directory: it completes, emits tasks, and a restart continues the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from curriculum.store.db import Store
+from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem
+from daemon.schema import FrontierTask
+from tests.e2e.conftest import run_state, start_daemon, write_config
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'propel.db'}"
+    cfg = write_config(tmp_path / "c.toml", tiny_generator, tmp_path / "data", db, "emb")
+    log = tmp_path / "daemon.log"
+    proc = start_daemon(cfg, log, "--cycles", "3", "--no-api")
+    assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
+    out = log.read_text()
+    assert "cycle 0" in out and "cycle 2" in out and "Traceback" not in out
+    store = Store(db)
+    try:
+        assert run_state(store, "emb")[:2] == ("rl", 3)
+        with store.session() as s:
+            messages = [q.message for q in s.scalars(select(QueueItem))]
+            steps = s.scalars(select(GeneratorCheckpoint.step).order_by(GeneratorCheckpoint.step)).all()
+            primaries = s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()
+            cycles = s.execute(select(func.count(func.distinct(MetricPoint.cycle)))).scalar_one()
+        assert messages, "no task was emitted"
+        for m in messages:
+            FrontierTask.model_validate(m)
+        assert steps == [2, 4, 6] and len(primaries) == 1 and cycles == 3
+        proc = start_daemon(cfg, log, "--cycles", "1", "--no-api")  # restart: continues, does not redo
+        assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
+        assert run_state(store, "emb")[:2] == ("rl", 4)
+        with store.session() as s:
+            assert s.scalars(select(func.max(GeneratorCheckpoint.step))).one() == 8
+            assert len(s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()) == 1
+    finally:
+        store.dispose()
