@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 
 .PHONY: help install run test test-fast lint bench clean
 
@@ -23,9 +24,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)  ## create .venv and install the project with dev extras
 
-run: $(STAMP)  ## run the main job on the embedded default (SQLite under ./.propel)
-	$(BIN)/propel db upgrade
-	$(BIN)/propel status
+run: $(STAMP)  ## run the daemon on the embedded default (SQLite under ./.propel; Ctrl-C stops, rerun resumes)
+	$(BIN)/propel run $(RUN_ARGS)
 
 test: $(STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

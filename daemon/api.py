@@ -13,15 +13,32 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
+
+TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
+
+
+def _printable(value: str) -> str:
+    """Reject NUL bytes and lone surrogates (PostgreSQL cannot store them): a 422, not a 500."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL bytes")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_printable)]
 
 ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
 
@@ -43,15 +60,15 @@ class LeaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     n: int = Field(default=1, ge=1, le=1000, description="how many tasks to lease")
     lease_s: float = Field(default=600, gt=0, le=86_400, description="lease duration in seconds")
-    consumer: str = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
+    consumer: Text = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
 
 
 class AckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     solved: int = Field(ge=0, description="attempts of the trainer's solver that solved the task")
     n: int = Field(ge=1, le=10_000, description="attempts made")
-    solver: str = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
-    lease_token: str | None = Field(default=None, max_length=64)
+    solver: Text = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
+    lease_token: Text | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _solved_le_n(self) -> AckRequest:
@@ -62,7 +79,7 @@ class AckRequest(BaseModel):
 
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease_token: str | None = Field(default=None, max_length=64)
+    lease_token: Text | None = Field(default=None, max_length=64)
     lease_s: float = Field(default=600, gt=0, le=86_400)
 
 
@@ -112,6 +129,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.state.store = ctx.store  # the dashboard router reads these two
     app.state.run_name = ctx.run_name
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _status_routes(app)
     try:
@@ -124,6 +142,14 @@ def create_app(ctx: ApiContext) -> FastAPI:
     return app
 
 
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 with location, message and type only: echoing the input back could itself fail to encode
+    (a lone surrogate) and turn a client error into a 500."""
+    detail = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+              for e in exc.errors()]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"])
     def lease(body: LeaseRequest, ctx: Ctx) -> dict[str, Any]:
@@ -134,7 +160,7 @@ def _queue_routes(app: FastAPI) -> None:
                            "attempts": x.attempts, "task": x.message} for x in got]}
 
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
-    def ack(task_id: int, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
+    def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
         """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``)."""
         with ctx.store.session() as s:
             status = queue.ack(s, task_id, solved=body.solved, n=body.n, solver=body.solver,
@@ -146,7 +172,7 @@ def _queue_routes(app: FastAPI) -> None:
         return {"id": task_id, "status": status.value}
 
     @app.post("/v1/tasks/{task_id}/nack", dependencies=[Auth], tags=["queue"])
-    def nack(task_id: int, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
+    def nack(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
         with ctx.store.session() as s:
             status = queue.nack(s, task_id, ctx.max_attempts, body.lease_token)
@@ -155,7 +181,7 @@ def _queue_routes(app: FastAPI) -> None:
         return {"id": task_id, "status": "returned" if status == queue.AckStatus.ACKED else status.value}
 
     @app.post("/v1/tasks/{task_id}/renew", dependencies=[Auth], tags=["queue"])
-    def renew(task_id: int, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
+    def renew(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Extend a live lease by ``lease_s`` seconds."""
         if body.lease_token is None:
             raise HTTPException(422, "lease_token is required to renew")

@@ -52,7 +52,7 @@ def mask_secrets(text: str) -> str:
     """Mask ``user:password@`` in any URL inside ``text``."""
     import re
 
-    return re.sub(r"(\w+://[^:/@\s]+):[^@\s]+@", r"\1:***@", text)
+    return re.sub(r"(\w+://[^:/@\s]*):[^@\s]+@", r"\1:***@", text)
 
 
 @click.group(cls=PropelGroup, context_settings={"help_option_names": ["-h", "--help"]})

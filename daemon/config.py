@@ -330,7 +330,10 @@ class ConfigError(Exception):
 
 
 def _mask(url: str) -> str:
-    """Hide the password of a URL (``user:***@host``)."""
+    """Hide the password of a URL (``user:***@host`` and a ``password=`` query parameter)."""
+    import re
+
+    url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
     if "://" not in url or "@" not in url:
         return url
     scheme, rest = url.split("://", 1)

@@ -28,7 +28,7 @@ from curriculum.spotcheck import (
 )
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import FalsePositive, Label, ProbeScore, QueueItem, SolverTrial, TaskRow
+from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
 from daemon.engine_api import Engine, LabelledSample, SpotChecker
 from daemon.phases import Candidate, dominant_topic, emission_plan, next_phase, should_retrain
 from daemon.schema import FrontierTask, Provenance, SpotCheck
@@ -116,7 +116,9 @@ class Driver:
 
     def _cycle_metrics(self, cycle: int) -> dict[str, float]:
         with self.store.session() as s:
-            return {m.name: m.value for m in repo.metric_history(s, self.run_id) if m.cycle == cycle}
+            rows = s.execute(select(MetricPoint.name, MetricPoint.value).where(
+                MetricPoint.run_id == self.run_id, MetricPoint.cycle == cycle))
+            return {name: value for name, value in rows}
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:

@@ -145,6 +145,7 @@ class SolverTrial(Base):
     __tablename__ = "solver_trials"
     __table_args__ = (
         UniqueConstraint("task_id", "solver_id", "attempt"),
+        Index("ix_solver_trials_solver_created", "solver_id", "created_at"),  # hourly budget window
         CheckConstraint("outcome IN ('pass', 'fail', 'null')", name="outcome"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)

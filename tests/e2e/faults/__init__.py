@@ -1,0 +1,1 @@
+"""Fault injection against private PostgreSQL/Redis instances this suite starts and tears down."""

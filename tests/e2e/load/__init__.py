@@ -1,0 +1,1 @@
+"""Load and soak tests (real PostgreSQL; kept under about a minute each)."""
