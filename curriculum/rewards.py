@@ -1,0 +1,250 @@
+"""Generator-RL rewards (TRL signature ``fn(prompts, completions, **kw) -> list[float | None]``).
+
+Contract (ARCHITECTURE §4, PROPEL §3.3 Eq. 3):
+
+* :class:`HardGateReward` — invalid → ``floor``; valid → the probe (ensemble) **logit**. The floor
+  must lie *below* the probe's logit range: a fixed −1 is wrong for a probe whose logits sit near
+  −8 (measured here — it rewarded invalid output). :meth:`HardGateReward.calibrated` sets
+  ``floor = min(logits on a calibration sample) − margin``; valid logits that drift below the floor
+  during RL are clipped to ``floor + margin/2`` so a valid task never earns less than an invalid one.
+* :class:`SoftGateReward` — invalid → ``floor`` (default −1); valid → probability in [0, 1].
+* :class:`ProbeOnlyReward` — the logit of every completion, no validity gate.
+* :class:`SolverInTheLoopReward` — the SIL baseline: ``k`` live solver attempts per valid task,
+  reward 1 when the solve count is in band, 0 outside, ``invalid_reward`` for invalid tasks; it
+  counts its solver trials.
+
+WCO (``min`` over ensemble members) and the auxiliary-probe constraint ``min(primary, aux)`` are
+done by :class:`probes.ProbeEnsemble` inside the scorer. Every reward is a picklable callable
+class. A reward that cannot be computed **raises** (a probe error, a NaN logit, a solver that
+returns too few valid trials); it never silently becomes 0. Every call appends a
+:class:`RewardCallLog` (mean/std, share of GRPO groups with zero spread, validity rate) to
+``self.logs`` and, inside TRL, reports the same numbers through ``log_metric``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from curriculum.domains.base import Domain, Validity
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.spotcheck import Band, compute_label
+
+
+class RewardError(RuntimeError):
+    """The reward could not be computed for this batch; training must stop, not see zeros."""
+
+
+class Scorer(Protocol):
+    """What a probe reward needs: ``probes.ProbeScorer`` satisfies it."""
+
+    def score(self, texts: Sequence[str]) -> Any:
+        """An object with ``.logits`` and ``.probabilities`` arrays of length ``len(texts)``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RewardCallLog:
+    """Statistics of one reward call (one GRPO generation batch)."""
+
+    n: int
+    mean: float
+    std: float
+    zero_spread_share: float
+    validity_rate: float
+    clipped_share: float = 0.0
+    solver_trials: int = 0
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion as text: a string, or the last message of a conversational completion."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    raise RewardError(f"unsupported completion type {type(completion).__name__}")
+
+
+def zero_spread_share(rewards: Sequence[float], group_size: int) -> float:
+    """Share of consecutive groups of ``group_size`` whose rewards are all equal (no GRPO signal)."""
+    if group_size < 1 or len(rewards) % group_size:
+        return float("nan")
+    groups = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
+    return float(np.mean(np.ptp(groups, axis=1) == 0.0)) if len(groups) else float("nan")
+
+
+def floor_below(logits: Sequence[float] | np.ndarray, margin: float) -> float:
+    """``min(logits) - margin``: an invalid floor strictly below the observed logit range."""
+    values = np.asarray(logits, dtype=np.float64)
+    if values.size == 0 or not np.isfinite(values).all():
+        raise RewardError("cannot calibrate a floor: calibration logits are empty or not finite")
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0, got {margin}")
+    return float(values.min() - margin)
+
+
+class _LoggedReward:
+    """Shared plumbing: validation, logging, TRL ``log_metric`` forwarding."""
+
+    __name__ = "reward"
+
+    def __init__(self, domain: Domain, group_size: int) -> None:
+        self.domain = domain
+        self.group_size = group_size
+        self.logs: list[RewardCallLog] = []
+
+    def _validate(self, completions: Sequence[Any]) -> list[Validity]:
+        return self.domain.validate_batch([completion_text(c) for c in completions])
+
+    def _record(self, rewards: list[float], valid: Sequence[bool], kwargs: dict[str, Any],
+                clipped: int = 0, trials: int = 0) -> list[float]:
+        if any(not math.isfinite(r) for r in rewards):
+            raise RewardError(f"{type(self).__name__} produced a non-finite reward: {rewards}")
+        arr = np.asarray(rewards, dtype=np.float64)
+        log = RewardCallLog(
+            n=len(rewards), mean=float(arr.mean()) if arr.size else float("nan"),
+            std=float(arr.std()) if arr.size else float("nan"),
+            zero_spread_share=zero_spread_share(rewards, self.group_size),
+            validity_rate=float(np.mean(valid)) if len(valid) else float("nan"),
+            clipped_share=clipped / max(1, len(rewards)), solver_trials=trials,
+        )
+        self.logs.append(log)
+        log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
+        if log_metric is not None:
+            for key in ("validity_rate", "zero_spread_share", "clipped_share"):
+                log_metric(f"propel/{key}", float(getattr(log, key)))
+        return rewards
+
+
+def _probe_outputs(scorer: Scorer, texts: list[str], what: str) -> tuple[np.ndarray, np.ndarray]:
+    if not texts:
+        return np.zeros(0), np.zeros(0)
+    scores = scorer.score(texts)
+    logits = np.asarray(scores.logits, dtype=np.float64)
+    probs = np.asarray(scores.probabilities, dtype=np.float64)
+    if logits.shape != (len(texts),) or probs.shape != (len(texts),):
+        raise RewardError(f"{what}: scorer returned {logits.shape} logits for {len(texts)} texts")
+    if not (np.isfinite(logits).all() and np.isfinite(probs).all()):
+        raise RewardError(f"{what}: scorer returned non-finite scores")
+    return logits, probs
+
+
+class HardGateReward(_LoggedReward):
+    """Invalid → ``floor``; valid → ensemble logit (clipped below at ``floor + margin/2``)."""
+
+    __name__ = "hard_gate"
+
+    def __init__(self, domain: Domain, scorer: Scorer, floor: float, group_size: int, margin: float = 1.0) -> None:
+        super().__init__(domain, group_size)
+        if not math.isfinite(floor) or margin <= 0:
+            raise ValueError(f"floor must be finite and margin > 0 (got {floor}, {margin})")
+        self.scorer = scorer
+        self.floor = float(floor)
+        self.margin = float(margin)
+
+    @classmethod
+    def calibrated(cls, domain: Domain, scorer: Scorer, calibration_texts: Sequence[str], group_size: int,
+                   margin: float = 1.0) -> HardGateReward:
+        """Floor = min logit over ``calibration_texts`` (reference texts, e.g. a base-policy sample) − margin."""
+        logits, _ = _probe_outputs(scorer, list(calibration_texts), "floor calibration")
+        return cls(domain, scorer, floor_below(logits, margin), group_size, margin)
+
+    @property
+    def valid_minimum(self) -> float:
+        return self.floor + self.margin / 2
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        checks = self._validate(completions)
+        valid_idx = [i for i, v in enumerate(checks) if v.valid]
+        logits, _ = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in valid_idx],
+                                   "hard_gate")
+        rewards = [self.floor] * len(checks)
+        clipped = 0
+        for i, logit in zip(valid_idx, logits, strict=True):
+            clipped += int(logit < self.valid_minimum)
+            rewards[i] = max(float(logit), self.valid_minimum)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped)
+
+
+class SoftGateReward(_LoggedReward):
+    """Invalid → ``floor`` (below 0); valid → probe probability."""
+
+    __name__ = "soft_gate"
+
+    def __init__(self, domain: Domain, scorer: Scorer, group_size: int, floor: float = -1.0) -> None:
+        super().__init__(domain, group_size)
+        if not floor < 0:
+            raise ValueError(f"soft-gate floor must lie below the probability range [0, 1], got {floor}")
+        self.scorer = scorer
+        self.floor = float(floor)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        checks = self._validate(completions)
+        valid_idx = [i for i, v in enumerate(checks) if v.valid]
+        _, probs = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in valid_idx],
+                                  "soft_gate")
+        rewards = [self.floor] * len(checks)
+        for i, p in zip(valid_idx, probs, strict=True):
+            rewards[i] = float(p)
+        return self._record(rewards, [v.valid for v in checks], kwargs)
+
+
+class ProbeOnlyReward(_LoggedReward):
+    """The ensemble logit of every completion (no validity gate; the ablation of PROPEL Fig. 4b)."""
+
+    __name__ = "probe_only"
+
+    def __init__(self, domain: Domain, scorer: Scorer, group_size: int) -> None:
+        super().__init__(domain, group_size)
+        self.scorer = scorer
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        checks = self._validate(completions)
+        logits, _ = _probe_outputs(self.scorer, [self.domain.reference_text(v.task) for v in checks], "probe_only")
+        return self._record([float(x) for x in logits], [v.valid for v in checks], kwargs)
+
+
+class SolverInTheLoopReward(_LoggedReward):
+    """SIL baseline: in-band indicator from ``band.k`` live solver attempts; counts solver trials."""
+
+    __name__ = "solver_in_the_loop"
+
+    def __init__(self, domain: Domain, solver: SolverBackend, band: Band, group_size: int,
+                 sampling: Sampling | None = None, invalid_reward: float = -1.0) -> None:
+        super().__init__(domain, group_size)
+        self.solver = solver
+        self.band = band
+        self.sampling = sampling or Sampling(seed=0)
+        self.invalid_reward = float(invalid_reward)
+        self.solver_trials = 0
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        checks = self._validate(completions)
+        valid_idx = [i for i, v in enumerate(checks) if v.valid]
+        rewards = [self.invalid_reward] * len(checks)
+        answers = self.solver.generate([self.domain.solver_prompt(checks[i].task) for i in valid_idx],
+                                       self.band.k, self.sampling) if valid_idx else []
+        trials = 0
+        for i, row in zip(valid_idx, answers, strict=True):
+            outcomes = [_outcome(self.domain, checks[i], c.text) for c in row]
+            trials += len(row)
+            label = compute_label(outcomes, self.band)
+            if label.in_band is None:
+                raise RewardError(f"SIL: only {label.valid_trials} valid solver trials for {checks[i].task.text!r}")
+            rewards[i] = 1.0 if label.in_band else 0.0
+        self.solver_trials += trials
+        return self._record(rewards, [v.valid for v in checks], kwargs, trials=trials)
+
+
+def _outcome(domain: Domain, check: Validity, answer: str | None) -> str:
+    if answer is None:
+        return "null"
+    verdict = domain.grade(check.task, answer)
+    return "null" if verdict is None else ("pass" if verdict else "fail")

@@ -1,0 +1,76 @@
+"""The generator trainer the daemon drives: load → ``train_steps`` (any reward) → ``sample``.
+
+:class:`GeneratorTrainer` only composes the stages — :mod:`~curriculum.rl.model` (load the base,
+attach or reload the LoRA adapter), :mod:`~curriculum.rl.chunk` (one GRPO chunk),
+:mod:`~curriculum.rl.checkpoints` (atomic store) and :mod:`~curriculum.rl.sampling`. State lives
+in the store, so a new ``GeneratorTrainer`` over the same ``run_dir`` is a restart: it reloads the
+latest committed adapter and the next ``train_steps`` resumes optimizer, scheduler, RNG and step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from curriculum.domains.base import get_domain
+from curriculum.rl.checkpoints import CheckpointStore
+from curriculum.rl.chunk import ChunkStats, RewardFn, run_chunk
+from curriculum.rl.config import GeneratorRLConfig
+from curriculum.rl.model import adapter_hash, attach_lora, load_adapter, load_base, save_adapter
+from curriculum.rl.sampling import sample_completions
+
+
+class GeneratorTrainer:
+    """Chunked GRPO + LoRA training of a task generator; see the module docstring."""
+
+    def __init__(self, config: GeneratorRLConfig, run_dir: str | Path, model: Any = None,
+                 tokenizer: Any = None) -> None:
+        """``model``/``tokenizer`` may be passed in memory (tests); otherwise ``config.generator`` is loaded."""
+        self.config = config
+        self.store = CheckpointStore(Path(run_dir), keep=config.keep_checkpoints)
+        self.domain = get_domain(config.domain)
+        if model is None:
+            model, loaded_tok = load_base(config.generator, device="cpu" if config.use_cpu else _default_device())
+            tokenizer = tokenizer or loaded_tok
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer together with an in-memory model")
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+        latest = self.store.latest()
+        self.model = load_adapter(model, latest, trainable=True) if latest else attach_lora(model, config.lora,
+                                                                                           config.seed)
+
+    @property
+    def global_step(self) -> int:
+        return self.store.global_step()
+
+    def prompts(self) -> list[str]:
+        """The RL prompt pool (the domain's generator prompts, fixed by the config seed)."""
+        return self.domain.generator_prompts(self.config.prompt_pool_size, self.config.seed)
+
+    def train_steps(self, n: int, reward: RewardFn, provenance: dict[str, Any] | None = None) -> ChunkStats:
+        """Run ``n`` more GRPO steps with ``reward`` (may differ from the previous chunk's) and commit."""
+        meta = {"generator": self.config.generator, "reference": self.config.reference, **(provenance or {})}
+        return run_chunk(self.model, self.tokenizer, reward, self.config, self.store, n, self.prompts(), meta)
+
+    def sample(self, n: int, seed: int) -> list[str]:
+        """``n`` completions of the current policy (same sampling settings as RL), deterministic in ``seed``."""
+        prompts = self.domain.generator_prompts(n, seed)
+        return sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
+                                  self.config.top_p, self.config.max_completion_length)
+
+    def adapter_hash(self) -> str:
+        return adapter_hash(self.model)
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        return save_adapter(self.model, directory)
+
+    def latest_checkpoint(self) -> Path | None:
+        return self.store.latest()
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,133 @@
+"""Reward contracts: floor below the probe range, WCO minimum, aux constraint, errors, pickling."""
+
+from __future__ import annotations
+
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from curriculum.rewards import (
+    HardGateReward,
+    ProbeOnlyReward,
+    RewardError,
+    SoftGateReward,
+    SolverInTheLoopReward,
+    floor_below,
+    zero_spread_share,
+)
+from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.spotcheck import Band
+from probes import ProbeEnsemble, ProbeScorer
+from tests.unit.rl.conftest import arith_texts, train_test_probe
+
+VALID = ["1+2", "12*3-4", "(5+6)*7", "9-8"]
+INVALID = ["1+", "hello", "", "((3"]
+
+
+class FixedScorer:
+    """Hand-written fake: logits looked up by text (default −8: the 'MLP logits near −8' case)."""
+
+    def __init__(self, logits: dict[str, float] | None = None, default: float = -8.0) -> None:
+        self.logits = logits or {}
+        self.default = default
+
+    def score(self, texts):
+        z = np.array([self.logits.get(t, self.default) for t in texts], dtype=float)
+        return SimpleNamespace(logits=z, probabilities=1 / (1 + np.exp(-z)))
+
+
+class BrokenScorer:
+    def score(self, texts):
+        raise RuntimeError("probe head exploded")
+
+
+class NanScorer:
+    def score(self, texts):
+        return SimpleNamespace(logits=np.full(len(texts), np.nan), probabilities=np.full(len(texts), np.nan))
+
+
+def test_floor_lies_below_a_negative_logit_range(domain) -> None:
+    scorer = FixedScorer({"Q:1+2": -9.5, "Q:9-8": -7.0})
+    reward = HardGateReward.calibrated(domain, scorer, ["Q:1+2", "Q:9-8", "Q:12*3-4"], group_size=4, margin=1.0)
+    assert reward.floor == pytest.approx(-10.5)
+    out = reward(["Q:"] * 8, VALID + INVALID)
+    assert out[4:] == [reward.floor] * 4
+    assert min(out[:4]) > reward.floor  # a fixed −1 would have rewarded invalid output here
+    assert out[0] == pytest.approx(-9.5)
+
+
+def test_valid_logits_below_floor_are_clipped_above_it(domain) -> None:
+    reward = HardGateReward(domain, FixedScorer(default=-50.0), floor=-10.0, group_size=2, margin=2.0)
+    out = reward(["Q:"] * 2, ["1+2", "oops"])
+    assert out == [-9.0, -10.0]
+    assert reward.logs[-1].clipped_share == 0.5
+
+
+def test_hard_gate_with_real_probe_and_logs(domain, scorer) -> None:
+    reward = HardGateReward.calibrated(domain, scorer, arith_texts(32, 3), group_size=4)
+    metrics: dict[str, float] = {}
+    out = reward(["Q:"] * 8, VALID + INVALID, log_metric=metrics.__setitem__)
+    valid_logits = scorer.score(["Q:" + t for t in VALID]).logits
+    assert out[:4] == pytest.approx(np.maximum(valid_logits, reward.valid_minimum).tolist())
+    log = reward.logs[-1]
+    assert log.validity_rate == 0.5 and log.zero_spread_share == 0.5  # second group: all invalid
+    assert metrics["propel/validity_rate"] == 0.5
+
+
+def test_ensemble_minimum_and_aux_constraint(domain, reference) -> None:
+    p1, p2 = train_test_probe(reference, seed=1, name="a"), train_test_probe(reference, "linear", seed=2, name="b")
+    aux = train_test_probe(reference, seed=3, name="aux")
+    texts = ["Q:" + t for t in VALID]
+    one = [ProbeScorer(reference, p).score(texts).logits for p in (p1, p2, aux)]
+    wco = ProbeScorer(reference, ProbeEnsemble([p1, p2], combine="min"))
+    constrained = ProbeScorer(reference, ProbeEnsemble([p1, p2], combine="min", constraints=[aux]))
+    r_wco = HardGateReward(domain, wco, floor=-1e3, group_size=4)
+    r_aux = HardGateReward(domain, constrained, floor=-1e3, group_size=4)
+    assert r_wco(["Q:"] * 4, VALID) == pytest.approx(np.minimum(one[0], one[1]).tolist())
+    assert r_aux(["Q:"] * 4, VALID) == pytest.approx(np.minimum.reduce(one).tolist())
+
+
+def test_soft_gate_and_probe_only(domain, scorer) -> None:
+    soft = SoftGateReward(domain, scorer, group_size=4)
+    out = soft(["Q:"] * 8, VALID + INVALID)
+    assert all(0.0 <= r <= 1.0 for r in out[:4]) and out[4:] == [-1.0] * 4
+    only = ProbeOnlyReward(domain, scorer, group_size=4)(["Q:"] * 8, VALID + INVALID)
+    assert only == pytest.approx(scorer.score(["Q:" + t for t in VALID + INVALID]).logits.tolist())
+    with pytest.raises(ValueError, match="below the probability range"):
+        SoftGateReward(domain, scorer, group_size=4, floor=0.0)
+
+
+@pytest.mark.parametrize("bad", [BrokenScorer(), NanScorer()])
+def test_probe_failure_raises_never_zero(domain, bad) -> None:
+    reward = HardGateReward(domain, bad, floor=-10.0, group_size=2)
+    with pytest.raises((RuntimeError, RewardError)):
+        reward(["Q:"] * 2, ["1+2", "3*4"])
+    assert reward.logs == []
+    with pytest.raises(RewardError):
+        HardGateReward.calibrated(domain, NanScorer(), ["Q:1+2"], group_size=2)
+
+
+def test_rewards_pickle_and_score_the_same(domain, scorer) -> None:
+    reward = HardGateReward.calibrated(domain, scorer, arith_texts(16, 5), group_size=4)
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone(["Q:"] * 4, VALID) == pytest.approx(reward(["Q:"] * 4, VALID))
+    sil = pickle.loads(pickle.dumps(SolverInTheLoopReward(domain, SyntheticArithSolver(), Band(), group_size=4)))
+    assert len(sil(["Q:"] * 4, VALID)) == 4
+
+
+def test_sil_counts_trials_and_matches_labels(domain) -> None:
+    solver = SyntheticArithSolver(offset=5.0)
+    sil = SolverInTheLoopReward(domain, solver, Band(k=8, lo=1, hi=3), group_size=4)
+    out = sil(["Q:"] * 8, VALID + INVALID)
+    assert sil.solver_trials == 4 * 8 and sil.logs[-1].solver_trials == 32
+    assert set(out[:4]) <= {0.0, 1.0} and out[4:] == [-1.0] * 4
+
+
+def test_helpers() -> None:
+    assert zero_spread_share([1, 1, 2, 3], 2) == 0.5
+    assert np.isnan(zero_spread_share([1, 2, 3], 2))
+    assert floor_below([-3.0, 2.0], 0.5) == -3.5
+    with pytest.raises(RewardError):
+        floor_below([], 1.0)
