@@ -102,7 +102,7 @@ def _register_commands() -> None:
     from daemon.cli_bootstrap import bootstrap
     from daemon.cli_db import db_group, status_command
     from daemon.cli_probes import probes
-    from daemon.cli_run import check_command, run_command, tasks_group
+    from daemon.cli_run import check_command, run_command, serve_command, tasks_group
     from daemon.cli_worker import worker
 
     cli.add_command(db_group)
@@ -113,6 +113,7 @@ def _register_commands() -> None:
     cli.add_command(alerts)
     cli.add_command(run_command)
     cli.add_command(check_command)
+    cli.add_command(serve_command)
     cli.add_command(tasks_group)
 
 

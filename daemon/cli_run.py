@@ -60,6 +60,32 @@ def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None,
     sys.exit(code)
 
 
+@click.command("serve")
+@click.pass_context
+def serve_command(ctx: click.Context) -> None:
+    """Serve the HTTP API (queue, status, metrics, dashboard) without driving cycles.
+
+    For draining the queue while no daemon runs, or for serving consumers from a separate process.
+    """
+    import uvicorn
+
+    from curriculum.store.db import Store
+    from daemon.api import ApiContext, create_app
+
+    cfg = _cfg(ctx)
+    store = Store(cfg.database_url)
+    sc = cfg.spotcheck
+    app = create_app(ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token,
+                                max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
+                                heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes))
+    app.state.alert_rules = cfg.alerts.rules
+    click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
+    try:
+        uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning")
+    finally:
+        store.dispose()
+
+
 @click.command("check")
 @click.option("--max-age-s", type=float, default=None, help="heartbeat age limit (default: daemon.heartbeat_stale_s)")
 @click.pass_context

@@ -107,7 +107,7 @@ class TaskRow(Base):
     topic: Mapped[str | None] = mapped_column(String(128))
     cycle: Mapped[int | None] = mapped_column(Integer)
     generator_step: Mapped[int | None] = mapped_column(Integer)
-    adapter_hash: Mapped[str | None] = mapped_column(String(64))
+    adapter_hash: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -120,7 +120,7 @@ class ProbeRow(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[str] = mapped_column(String(16))
     artifact_uri: Mapped[str] = mapped_column(Text)
-    reference_fingerprint: Mapped[str] = mapped_column(String(64))
+    reference_fingerprint: Mapped[str] = mapped_column(String(128))
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
     active: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -204,7 +204,7 @@ class GeneratorCheckpoint(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
-    adapter_hash: Mapped[str] = mapped_column(String(64))
+    adapter_hash: Mapped[str] = mapped_column(String(128))
     path: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -9,6 +9,8 @@ import argparse
 import json
 import time
 
+import httpx
+
 from workers.client import PropelClient, PropelClientError
 
 
@@ -25,7 +27,7 @@ def main() -> None:
         while time.monotonic() < deadline:
             try:
                 tasks = client.lease(4, args.lease_s, "e2e-consumer")
-            except (PropelClientError, OSError) as err:  # daemon restarting: its API is down for a while
+            except (PropelClientError, httpx.HTTPError) as err:  # daemon restarting: its API is down a while
                 log.write(json.dumps({"event": "error", "error": str(err)[:200], "t": time.time()}) + "\n")
                 time.sleep(0.5)
                 continue
@@ -34,7 +36,7 @@ def main() -> None:
                                       "until": t.lease_until, "t": time.time()}) + "\n")
                 try:
                     status = client.ack(t, solved=t.id % 9, n=8, solver="e2e-trainer")
-                except (PropelClientError, OSError) as err:
+                except (PropelClientError, httpx.HTTPError) as err:
                     status = f"error: {str(err)[:100]}"
                 log.write(json.dumps({"event": "ack", "id": t.id, "status": status, "t": time.time()}) + "\n")
             if not tasks:

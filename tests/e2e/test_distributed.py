@@ -40,17 +40,26 @@ def test_kill_and_resume_with_worker_and_consumer(tmp_path: Path, tiny_generator
     monkeypatch.setenv("PROPEL_API_TOKEN", TOKEN)  # daemon, worker and consumer inherit it
     worker = start_worker(cfg, wlog, concurrency=1)
     daemon = start_daemon(cfg, log, "--until-cycle", "3")
-    consumer = subprocess.Popen([sys.executable, "-m", "tests.e2e.consumer", f"http://127.0.0.1:{port}", TOKEN,
-                                 str(clog), "--seconds", "900"])
+    with open(tmp_path / "consumer.err", "wb") as err:
+        consumer = subprocess.Popen([sys.executable, "-m", "tests.e2e.consumer", f"http://127.0.0.1:{port}", TOKEN,
+                                     str(clog), "--seconds", "900"], stderr=err)
     try:
         wait_until(lambda: _mid_cycle(pg_store, run), 600, "cycle 1", daemon, log)
         kill(daemon)  # SIGKILL mid-cycle
         killed_at = run_state(pg_store, run)
         daemon = start_daemon(cfg, log, "--until-cycle", "3")
         assert daemon.wait(timeout=900) == 0, log.read_text()[-4000:]
-        wait_until(lambda: _all_acked(pg_store), 120, "the consumer to ack every emitted task")
+        # the daemon's API went with it: serve the queue alone so the consumer drains the last emission
+        with open(tmp_path / "serve.log", "wb") as serve_log:
+            api = subprocess.Popen([sys.executable, "-m", "daemon.cli", "--config", str(cfg), "serve"],
+                                   stdout=serve_log, stderr=subprocess.STDOUT)
+        wait_until(lambda: _all_acked(pg_store), 120, "the consumer to ack every emitted task", api,
+                   tmp_path / "serve.log")
     finally:
         kill(daemon)
+        if "api" in locals():
+            api.terminate()
+            api.wait(timeout=30)
         consumer.terminate()
         consumer.wait(timeout=30)
         stop(worker)
