@@ -77,7 +77,10 @@ def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_r
     argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for name, target in sorted(symlinks.items()):
         argv += ["--symlink", target, name]
-    made: set[str] = {"/usr"}
+    # The private /tmp comes before the binds: an interpreter or venv that lives under /tmp (a CI
+    # checkout there) is bound read-only on top of it instead of being hidden by it.
+    argv += ["--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    made: set[str] = {"/usr", "/tmp"}
     for path in binds:
         for parent in _ancestors(path):
             if parent not in made and not parent.startswith("/usr/"):
@@ -85,9 +88,7 @@ def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_r
                 made.add(parent)
         if not path.startswith("/usr/"):
             argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp",
-             "--chdir", "/tmp", "--"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--"]
     return argv + inner
 
 
