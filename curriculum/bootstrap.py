@@ -45,7 +45,7 @@ META_FILE = "bootstrap.json"
 class BootstrapSettings:
     """Every setting that influences the trained model (all of them key the cache)."""
 
-    steps: int = 1200
+    steps: int = 1800
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
@@ -53,7 +53,7 @@ class BootstrapSettings:
     num_layers: int = 6
     num_heads: int = 4
     seed: int = 0
-    eval_samples: int = 256
+    eval_samples: int = 512
     max_new_tokens: int = 48
 
     def cache_key(self) -> str:
