@@ -239,4 +239,12 @@ def _outcome(domain: Domain, task: Task, answer: str | None) -> str:
 
 
 def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    # keep the daemon's terminal readable: per-load progress bars and a TRL-internal deprecation
+    # notice repeat on every RL chunk
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     return PropelEngine(cfg, store, run_id, say)

@@ -123,6 +123,9 @@ def run_loop(driver: Driver, cfg: PropelConfig, options: RunOptions, stop: threa
     if target is not None and start_cycle >= target:
         return EXIT_OK
     loop = _Loop(driver, stop, target, options)
+    # a tick that finds the previous phase still running is skipped by design (max_instances=1):
+    # APScheduler's warning for it would flood the terminal during every long RL chunk
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
     scheduler.add_job(loop.job, "interval", seconds=cfg.daemon.tick_interval_s, id="propel-driver",
                       next_run_time=_now_local())
