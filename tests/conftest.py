@@ -119,6 +119,18 @@ def amqp_url() -> str:
     return AMQP_URL
 
 
+@pytest.fixture
+def hanging_url() -> Iterator[str]:
+    """A TCP server that accepts connections (kernel backlog) but never answers: a stuck webhook."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
+    finally:
+        sock.close()
+
+
 @pytest.fixture(scope="session")
 def char_tokenizer():  # type: ignore[no-untyped-def]
     from curriculum.tinymodels import build_char_tokenizer

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,17 +99,6 @@ def test_webhook_and_prometheus_sinks_get_the_live_events(sqlite_store: Store) -
     statuses = {(b["rule"], b["status"]) for b in seen}
     assert ("topic_collapse", "firing") in statuses and ("topic_collapse", "resolved") in statuses
     assert 'propel_alerts_fired_total{rule="topic_collapse",severity="critical"} 1.0' in render(metrics)[0].decode()
-
-
-@pytest.fixture
-def hanging_url() -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
-    finally:
-        sock.close()
 
 
 def test_a_hanging_webhook_does_not_stall_the_daemon(sqlite_store: Store, hanging_url: str) -> None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import REGISTRY
@@ -26,18 +25,6 @@ def _wait_for(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not pred():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
-
-
-@pytest.fixture
-def hanging_server() -> Iterator[str]:
-    """A TCP server that accepts connections (kernel backlog) but never answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
-    finally:
-        sock.close()
 
 
 def test_webhook_receiver_gets_the_alert_json() -> None:
@@ -76,9 +63,9 @@ def test_webhook_retries_5xx_with_backoff_and_does_not_retry_4xx() -> None:
 
 
 @pytest.mark.parametrize("target", ["closed", "hanging"])
-def test_dead_webhook_never_blocks_the_caller(target: str, hanging_server: str,
+def test_dead_webhook_never_blocks_the_caller(target: str, hanging_url: str,
                                               caplog: pytest.LogCaptureFixture) -> None:
-    url = f"http://127.0.0.1:{free_port()}/hook" if target == "closed" else hanging_server
+    url = f"http://127.0.0.1:{free_port()}/hook" if target == "closed" else hanging_url
     sink = WebhookSink(url, timeout_s=0.3, max_retries=1, backoff_s=0.05, max_queue=4)
     event = _fire_event()
     start = time.monotonic()
