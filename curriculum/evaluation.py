@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from curriculum.diversity import distinct_n, fixed_sample, self_bleu, topic_shares
-from curriculum.domains.base import Domain, Task, Validity
+from curriculum.domains.base import Domain, Validity
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band, LabelValue, compute_label
+from curriculum.spotcheck import Band, LabelValue, label_tasks
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,6 @@ class EvaluationResult:
         return data
 
 
-def _attempt(domain: Domain, solver: SolverBackend, tasks: list[Task], band: Band,
-             sampling: Sampling) -> list[LabelValue]:
-    if not tasks:
-        return []
-    answers = solver.generate([domain.solver_prompt(t) for t in tasks], band.k, sampling)
-    labels = []
-    for task, row in zip(tasks, answers, strict=True):
-        outcomes = []
-        for completion in row:
-            verdict = None if completion.text is None else domain.grade(task, completion.text)
-            outcomes.append("null" if verdict is None else ("pass" if verdict else "fail"))
-        labels.append(compute_label(outcomes, band))
-    return labels
-
-
 def histogram(outcomes: Sequence[TaskOutcome], k: int) -> dict[str, int]:
     """Solve-count buckets ``"0"…"k"`` plus ``"invalid"`` and ``"unlabelled"`` (too few valid trials)."""
     counts: Counter[str] = Counter()
@@ -115,7 +100,7 @@ def evaluate_texts(texts: Sequence[str], domain: Domain, solver: SolverBackend, 
     """Validate ``texts`` (generator completions), run the solver ``band.k`` times on each valid one."""
     checks: list[Validity] = domain.validate_batch(list(texts))
     valid_tasks = [c.task for c in checks if c.valid]
-    labels = iter(_attempt(domain, solver, valid_tasks, band, sampling or Sampling(seed=12345)))
+    labels = iter(label_tasks(domain, solver, valid_tasks, band, sampling or Sampling(seed=12345)))
     outcomes = [
         TaskOutcome(text=text, valid=c.valid, topic=domain.topic(c.task) if c.valid else None,
                     label=next(labels) if c.valid else None)

@@ -32,7 +32,7 @@ import numpy as np
 
 from curriculum.domains.base import Domain, Validity
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band, compute_label
+from curriculum.spotcheck import Band, compute_label, grade_outcome
 
 
 class RewardError(RuntimeError):
@@ -233,7 +233,7 @@ class SolverInTheLoopReward(_LoggedReward):
                                        self.band.k, self.sampling) if valid_idx else []
         trials = 0
         for i, row in zip(valid_idx, answers, strict=True):
-            outcomes = [_outcome(self.domain, checks[i], c.text) for c in row]
+            outcomes = [grade_outcome(self.domain, checks[i].task, c.text) for c in row]
             trials += len(row)
             label = compute_label(outcomes, self.band)
             if label.in_band is None:
@@ -241,10 +241,3 @@ class SolverInTheLoopReward(_LoggedReward):
             rewards[i] = 1.0 if label.in_band else 0.0
         self.solver_trials += trials
         return self._record(rewards, [v.valid for v in checks], kwargs, trials=trials)
-
-
-def _outcome(domain: Domain, check: Validity, answer: str | None) -> str:
-    if answer is None:
-        return "null"
-    verdict = domain.grade(check.task, answer)
-    return "null" if verdict is None else ("pass" if verdict else "fail")

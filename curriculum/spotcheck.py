@@ -62,6 +62,24 @@ def compute_label(outcomes: Sequence[str], band: Band) -> LabelValue:
     return LabelValue(solved, valid, in_band)
 
 
+def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
+    """One attempt's outcome: ``null`` when there is no answer or grading could not happen."""
+    if answer is None:
+        return "null"
+    verdict = domain.grade(task, answer)
+    return "null" if verdict is None else ("pass" if verdict else "fail")
+
+
+def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
+                sampling: Sampling) -> list[LabelValue]:
+    """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored)."""
+    if not tasks:
+        return []
+    answers = solver.generate([domain.solver_prompt(t) for t in tasks], band.k, sampling)
+    return [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
+            for t, row in zip(tasks, answers, strict=True)]
+
+
 def false_positives(items: Sequence[tuple[int, bool, float, LabelValue]], threshold: float,
                     band: Band) -> list[tuple[int, str, int, int, float]]:
     """From ``(task_id, valid, probe probability, label)`` pick the valid, probe-high tasks whose

@@ -22,7 +22,7 @@ from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, g
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band, LabelValue, compute_label
+from curriculum.spotcheck import Band, LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import PropelConfig
@@ -148,9 +148,7 @@ class PropelEngine:
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
         sampling = Sampling(temperature=self.cfg.solver.temperature, max_tokens=self.cfg.solver.max_tokens)
-        outs = solver.generate([self.domain.solver_prompt(t) for t in tasks], self.band.k, sampling)
-        labels = [compute_label([_outcome(self.domain, t, c.text) for c in row], self.band)
-                  for t, row in zip(tasks, outs, strict=True)]
+        labels = label_tasks(self.domain, solver, tasks, self.band, sampling)
         keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
         pos = sum(1 for i in keep if labels[i].in_band)
         if pos == 0 or pos == len(keep):
@@ -229,13 +227,6 @@ class PropelEngine:
                  f"({len(result.dataset.false_positive_ids)} false positives, topic {negatives_topic})")
         return NewProbe(name, str(path), self.reference.fingerprint,
                         {"metrics": result.metrics, "training": result.dataset.summary})
-
-
-def _outcome(domain: Domain, task: Task, answer: str | None) -> str:
-    if answer is None:
-        return "null"
-    verdict = domain.grade(task, answer)
-    return "null" if verdict is None else ("pass" if verdict else "fail")
 
 
 def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:
