@@ -2,7 +2,7 @@
 
 Runs the real driver in-process on SQLite with the real engine (tiny bootstrapped generator,
 frozen reference, probe ensemble) and the in-process synthetic solver. A timing proxy around the
-engine (RL, sampling, scoring, rewards, aux training) and the spot-checker measures compute time;
+engine (RL, sampling, scoring, rewards), the aux-probe retrainer and the spot-checker measures compute time;
 everything else — store writes, validity checks, metrics, alert evaluation, emission — is overhead.
 
     python -m benchmarks.daemon_overhead [--cycles 3] [--bootstrap-steps 300]
@@ -51,7 +51,7 @@ def main() -> None:
     from daemon.config import config_from_mapping
     from daemon.driver import Driver
     from daemon.engine import build_engine
-    from daemon.runtime import build_spot, driver_settings
+    from daemon.runtime import build_retrainer, build_spot, driver_settings
     from daemon.service import open_run
 
     gen = bootstrap("arith", data_dir=Path(args.cache), steps=args.bootstrap_steps, show_progress=False).path
@@ -65,8 +65,9 @@ def main() -> None:
         totals: dict[str, float] = defaultdict(float)
         engine = build_engine(cfg, store, run_id, say=lambda s: None)
         spot = build_spot(cfg, store, engine)
+        retrainer = build_retrainer(cfg, store, engine)  # aux training incl. its labelled-set query
         driver = Driver(store, run_id, Timed(engine, totals, "engine"), Timed(spot, totals, "solver"),  # type: ignore[arg-type]
-                        driver_settings(cfg))
+                        Timed(retrainer, totals, "retrain"), driver_settings(cfg))  # type: ignore[arg-type]
         phase_wall: dict[str, float] = defaultdict(float)
         for _ in range(args.cycles * 5):
             t0 = time.perf_counter()

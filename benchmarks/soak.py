@@ -51,8 +51,10 @@ def build_driver(store: Any) -> Any:
     from curriculum.spotcheck import Band
     from curriculum.store import repo
     from daemon.driver import Driver, DriverSettings
+    from daemon.retrainer import InProcessRetrainer
     from daemon.spot import InProcessSpotChecker
-    from tests.integration.test_driver import FakeEngine
+    from probes import FeatureExtractor
+    from tests.integration.test_driver import FakeEngine, reference
 
     with store.session() as s:
         run_id = repo.get_or_create_run(s, "soak", "h", {})
@@ -63,7 +65,8 @@ def build_driver(store: Any) -> Any:
     settings = DriverSettings(run_name="soak", sample_size=16, band=Band(8, 1, 3, 6), budget_per_cycle=4,
                               budget_per_hour=10**9, retrain_min_false_positives=10**9, min_probability=0.3,
                               max_topic_share=0.5, diversity_sample_size=16)
-    return Driver(store, run_id, engine, spot, settings)  # type: ignore[arg-type]  # structural fake
+    retrainer = InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))  # off: see settings
+    return Driver(store, run_id, engine, spot, retrainer, settings)  # type: ignore[arg-type]  # structural fake
 
 
 def soak(store: Any, cycles: int, warmup: int, every: int = 10) -> dict[str, Any]:

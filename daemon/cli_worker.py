@@ -1,4 +1,4 @@
-"""``propel worker``: a Celery worker for spot-checks (and later probe retraining)."""
+"""``propel worker``: a Celery worker for spot-checks and aux-probe retrains."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import click
 
 from daemon.config import PropelConfig
 from workers.runtime import WorkerSettings
+
+JOB_KINDS = ("spotcheck", "retrain")
 
 
 def worker_settings(cfg: PropelConfig) -> WorkerSettings:
@@ -33,25 +35,33 @@ def worker_settings(cfg: PropelConfig) -> WorkerSettings:
 @click.option("--concurrency", "-c", type=click.IntRange(1, 256), default=None,
               help="worker processes (default: broker.worker_concurrency)")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--queues", "-Q", "kinds", default="spotcheck,retrain", show_default=True,
+              help="comma-separated job kinds to consume: spotcheck (solver attempts), retrain (aux probes)")
 @click.option("--pool", type=click.Choice(["prefork", "threads", "solo"]), default="prefork", show_default=True,
               help="prefork for HTTP solvers; solo/threads for an in-process GPU solver")
 @click.pass_context
-def worker(ctx: click.Context, concurrency: int | None, loglevel: str, pool: str) -> None:
-    """Run a Celery worker that attempts spot-check batches with the configured solver.
+def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: str, pool: str) -> None:
+    """Run a Celery worker for the run's spot-checks and aux-probe retrains.
 
-    It consumes the run's queue ``propel.<run_name>.spotcheck`` on broker.url.
-    Needs broker.url and a shared store (PostgreSQL). Results are written to the store; a worker
-    killed mid-batch leaves its message to be redelivered, and the re-run only writes missing trials.
+    It consumes ``propel.<run_name>.spotcheck`` (solver attempts with the configured solver) and
+    ``propel.<run_name>.retrain`` (aux-probe training on the frozen reference) on broker.url; use
+    --queues to split them, e.g. retrain workers on a GPU host and spot-check workers elsewhere.
+    Needs broker.url, a shared store (PostgreSQL) and, for retrains, data_dir on storage the daemon
+    shares (probe artifacts are written there). A worker killed mid-task leaves its message to be
+    redelivered; the re-run only writes what is missing.
     """
     from daemon.cli_common import get_config
     from workers import runtime
     from workers.app import configure_app, queue_name
 
+    wanted = [k.strip() for k in kinds.split(",") if k.strip()]
+    if not wanted or set(wanted) - set(JOB_KINDS):
+        raise click.BadParameter(f"{kinds!r}: choose from {', '.join(JOB_KINDS)}", param_hint="--queues")
     cfg = get_config(ctx)
     settings = worker_settings(cfg)
     runtime.configure(settings)
     app = configure_app(settings)
-    queues = queue_name(cfg.run_name)
+    queues = ",".join(queue_name(cfg.run_name, k) for k in wanted)
     n = concurrency or cfg.broker.worker_concurrency
     app.worker_main(argv=["worker", f"--loglevel={loglevel}", f"--concurrency={n}", f"--queues={queues}",
                           f"--pool={pool}", "--prefetch-multiplier=1", "--without-gossip", "--without-mingle",

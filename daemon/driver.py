@@ -12,10 +12,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
 
+from curriculum import retrain
 from curriculum.diversity import collapse_metrics
 from curriculum.domains.base import Task
 from curriculum.spotcheck import (
@@ -29,8 +31,8 @@ from curriculum.spotcheck import (
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
-from daemon.engine_api import Engine, LabelledSample, SpotChecker
-from daemon.phases import Candidate, dominant_topic, emission_plan, next_phase, should_retrain
+from daemon.engine_api import Engine, Retrainer, SpotChecker
+from daemon.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.schema import FrontierTask, Provenance, SpotCheck
 from daemon.spot import DispatchError
 
@@ -55,6 +57,9 @@ class DriverSettings:
     emit_lookback_cycles: int = 3
     diversity_sample_size: int = 256
     reference_model: str = ""
+    probe_arch: str = "mlp"
+    probe_dir: str = "probes"  # aux-probe artifacts (distributed: a path the workers share)
+    retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
 
 
 @dataclass
@@ -79,9 +84,11 @@ class DriverHooks:
 
 
 class Driver:
-    def __init__(self, store: Store, run_id: int, engine: Engine, spot: SpotChecker, settings: DriverSettings,
-                 hooks: DriverHooks | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
-        self.store, self.run_id, self.engine, self.spot, self.s = store, run_id, engine, spot, settings
+    def __init__(self, store: Store, run_id: int, engine: Engine, spot: SpotChecker, retrainer: Retrainer,
+                 settings: DriverSettings, hooks: DriverHooks | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
+        self.store, self.run_id, self.engine, self.s = store, run_id, engine, settings
+        self.spot, self.retrainer = spot, retrainer
         self.hooks = hooks or DriverHooks()
         self.should_stop = should_stop
 
@@ -122,11 +129,12 @@ class Driver:
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+        retrained = self._collect_retrain(counters)  # an aux probe a worker finished constrains this chunk
         stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, float(counters.get("kl_factor", 1.0)))
         counters["kl_factor"] = 1.0  # a raise_kl mitigation applies to one chunk
-        self._record(cycle, {f"rl_{k}": v for k, v in stats.items()})
+        self._record(cycle, {**{f"rl_{k}": v for k, v in stats.items()}, **retrained})
         self._advance("rl", cycle, counters)
-        return stats
+        return {**stats, **retrained}
 
     def _phase_sample(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         texts = self.engine.sample(self.s.sample_size, seed=self.s.seed * 100_003 + cycle)
@@ -142,7 +150,7 @@ class Driver:
                for v in validities]
         with self.store.session() as s:
             ids = repo.add_tasks(s, self.run_id, new)
-            primary = _primary_probe_id(s)
+            primary = repo.primary_probe_id(s)
             if scored is not None and primary is not None:
                 repo.record_probe_scores(s, primary, [(ids[i], lg, p) for i, lg, p in
                                                       zip(valid_idx, scored.logits, scored.probabilities, strict=True)])
@@ -170,7 +178,7 @@ class Driver:
         values = self._harvest(cycle, counters)
         pending = set(counters.get("spotcheck_pending", []))
         with self.store.session() as s:
-            primary = _primary_probe_id(s)
+            primary = repo.primary_probe_id(s)
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id,
                                                       SolverTrial.solver_id == self.spot.solver_id)
             rows = s.execute(
@@ -211,7 +219,7 @@ class Driver:
             return {}
         labels = harvest_labels(self.store, pending, self.spot.solver_id, self.s.band)
         with self.store.session() as s:
-            primary = _primary_probe_id(s)
+            primary = repo.primary_probe_id(s)
             probs = {t: p for t, p in s.execute(select(ProbeScore.task_id, ProbeScore.probability).where(
                 ProbeScore.task_id.in_(list(labels)), ProbeScore.probe_id == primary))}
             labelled = [(t, True, float(probs.get(t, 0.0)), lab) for t, lab in labels.items()]
@@ -231,43 +239,78 @@ class Driver:
         return out
 
     def _phase_retrain(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
-        forced = bool(counters.pop("force_retrain", False))
-        if not should_retrain(int(counters.get("fp_since_retrain", 0)), self.s.retrain_min_false_positives, forced):
-            self._advance("retrain", cycle, counters)
-            return {"retrained": 0.0}
-        samples, fp_ids, topic = self._retrain_data(forced)
-        probe = self.engine.train_aux(samples, topic, fp_ids, name=f"{self.s.run_name}-aux-c{cycle}")
-        if probe is not None:
-            with self.store.session() as s:
-                pid = repo.register_probe(s, probe.name, "aux", probe.artifact_uri, probe.reference_fingerprint,
-                                          probe.meta)
-                active = [p.id for p in repo.active_probes(s) if p.role == "primary"] + [pid]
-                repo.set_active_probes(s, active)
-                s.execute(update(FalsePositive).where(FalsePositive.task_id.in_(list(fp_ids))).values(consumed=True))
-            self._reload_probes()
-            counters["fp_since_retrain"] = 0
-        values = {"retrained": float(probe is not None), "retrain_negatives_fp": float(len(fp_ids))}
+        """Activate a finished aux probe; start a retrain when enough false positives piled up.
+
+        A job's row is written before it is dispatched, so a crash between the two re-dispatches it
+        (same name, idempotent). A worker's probe is activated at the first rl or retrain phase after
+        it finished (before the next RL chunk at the latest).
+        """
+        values = self._collect_retrain(counters)
+        if counters.get("retrain_job") is None:
+            forced = bool(counters.pop("force_retrain", False))
+            if should_retrain(int(counters.get("fp_since_retrain", 0)), self.s.retrain_min_false_positives, forced):
+                spec = self._retrain_spec(cycle, forced)
+                retrain.create_job(self.store, spec)
+                counters["retrain_job"] = spec.name
+                counters["retrain_undispatched"] = True  # until handed over: a crash here re-sends it
+                with self.store.session() as s:
+                    repo.save_state(s, self.run_id, phase="retrain", cycle=cycle, counters=counters)
+                if self._submit_retrain(spec, counters):
+                    values |= self._collect_retrain(counters)  # in-process: finished already
+        values.setdefault("retrained", 0.0)
+        values["retrain_pending"] = float(bool(counters.get("retrain_job")))
         self._record(cycle, values)
         self._advance("retrain", cycle, counters)
         return values
 
-    def _retrain_data(self, semantic: bool) -> tuple[list[LabelledSample], set[int], str | None]:
+    def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec:
+        ref, band = self.engine.reference_info(), self.s.band
+        return retrain.RetrainSpec(
+            run_id=self.run_id, name=f"{self.s.run_name}-aux-c{cycle}", cycle=cycle, reference=ref.model,
+            reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
+            band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
+            arch=self.s.probe_arch, collapse_topic=collapse_topic, artifact_dir=self.s.probe_dir,
+            seed=self.s.seed + cycle)
+
+    def _submit_retrain(self, spec: retrain.RetrainSpec, counters: dict[str, Any]) -> bool:
+        """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
+        try:
+            self.retrainer.submit(spec)
+        except DispatchError as err:
+            log.warning("%s", err)
+            counters["retrain_undispatched"] = True
+            return False
+        counters["retrain_undispatched"] = False
+        return True
+
+    def _collect_retrain(self, counters: dict[str, Any]) -> dict[str, float]:
+        """Look at the pending job: activate its probe when done; give up on it after the timeout."""
+        name = counters.get("retrain_job")
+        job = retrain.job_outcome(self.store, name) if name else None
+        if job is None:
+            counters.pop("retrain_job", None)
+            return {}
+        if job.state == "pending":
+            age = (datetime.now(UTC) - job.created_at).total_seconds() if job.created_at else 0.0
+            if age > self.s.retrain_timeout_s:
+                retrain.finish_job(self.store, job.name, "failed", f"no outcome after {age:.0f} s")
+                return self._collect_retrain(counters)
+            if counters.get("retrain_undispatched"):
+                self._submit_retrain(job.spec, counters)
+            return {}
+        counters.pop("retrain_job")
+        if job.state != "done" or job.probe_id is None:
+            log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
+            return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
         with self.store.session() as s:
-            rows = s.execute(
-                select(TaskRow.id, TaskRow.text, TaskRow.topic, Label.solved, Label.valid_trials, Label.in_band,
-                       ProbeScore.probability)
-                .join(Label, Label.task_id == TaskRow.id)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == _primary_probe_id(s)),
-                      isouter=True)
-                .where(TaskRow.run_id == self.run_id, Label.source == "spotcheck", Label.in_band.is_not(None))).all()
-            # every false positive mined so far: the newest aux probe replaces the previous one, so it
-            # must keep refusing what the earlier ones refused
-            fp_ids = set(s.scalars(select(FalsePositive.task_id).join(TaskRow, TaskRow.id == FalsePositive.task_id)
-                                   .where(TaskRow.run_id == self.run_id)))
-        samples = [LabelledSample(r.id, r.text, r.topic or "", float(r.probability or 0.0), r.solved,
-                                  r.valid_trials, bool(r.in_band)) for r in rows]
-        topic = dominant_topic([x.topic for x in samples])[0] if semantic else None
-        return samples, fp_ids, topic
+            primaries = [p.id for p in repo.active_probes(s) if p.role == "primary"]
+            repo.set_active_probes(s, [*primaries, job.probe_id])
+            s.execute(update(FalsePositive).where(FalsePositive.task_id.in_(list(job.false_positive_ids)))
+                      .values(consumed=True))
+        self._reload_probes()
+        counters["fp_since_retrain"] = 0
+        log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
+        return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
 
     def _reload_probes(self) -> None:
         with self.store.session() as s:
@@ -278,10 +321,11 @@ class Driver:
     def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
         with self.store.session() as s:
+            primary = repo.primary_probe_id(s)
             rows = s.execute(
                 select(TaskRow, ProbeScore.probability, Label.in_band, Label.solved, Label.valid_trials,
                        Label.solver_id)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == _primary_probe_id(s)))
+                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary))
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
@@ -315,9 +359,3 @@ class Driver:
                                   reference_model=self.s.reference_model,
                                   reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
         return msg.model_dump(mode="json")
-
-
-def _primary_probe_id(s: Any) -> int | None:
-    ids = [p.id for p in repo.active_probes(s) if p.role == "primary"]
-    return ids[0] if ids else None
-

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.domains.base import Domain, Task, get_domain
+from curriculum.domains.base import Domain, get_domain
 from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
@@ -26,7 +26,7 @@ from curriculum.spotcheck import Band, LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import PropelConfig
-from daemon.engine_api import LabelledSample, NewProbe, Scored
+from daemon.engine_api import ReferenceInfo, Scored
 from probes import (
     FeatureExtractor,
     FeatureSpec,
@@ -208,25 +208,8 @@ class PropelEngine:
                 "probe_ensemble_id": self.scorer.ensemble.ensemble_id,
                 "reference_fingerprint": self.reference.fingerprint}
 
-    def train_aux(self, samples: Sequence[LabelledSample], negatives_topic: str | None,
-                  false_positive_ids: set[int], name: str) -> NewProbe | None:
-        from curriculum.coevolution import LabelledSample as CoSample
-        from curriculum.coevolution import train_aux_probe
-
-        co = [CoSample(s.task_id, self.domain.reference_text(Task(self.domain.name, s.text)), True, s.probability,
-                       LabelValue(s.solved, s.valid_trials, s.in_band), s.topic) for s in samples]
-        try:
-            result = train_aux_probe(co, self.scorer.extractor, self.spec, self.band,
-                                     threshold=self.cfg.probes.frontier_threshold, collapse_topic=negatives_topic,
-                                     arch=self.cfg.probes.architecture, name=name)
-        except ValueError as err:  # one class missing: nothing to learn yet
-            self.say(f"aux probe not trained: {err}")
-            return None
-        path = save_probe(result.probe, self.run_dir / "probes" / name)
-        self.say(f"aux probe {name}: {result.dataset.summary['negatives']} negatives "
-                 f"({len(result.dataset.false_positive_ids)} false positives, topic {negatives_topic})")
-        return NewProbe(name, str(path), self.reference.fingerprint,
-                        {"metrics": result.metrics, "training": result.dataset.summary})
+    def reference_info(self) -> ReferenceInfo:
+        return ReferenceInfo(self.reference.model_id, self.reference.fingerprint, self.spec.layer, self.spec.pooling)
 
 
 def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:

@@ -1,17 +1,19 @@
 """What the driver needs from the model side (generator, reference, probes) and the solver side.
 
 The real implementations live in :mod:`daemon.engine` (TRL/PEFT generator, frozen reference,
-probe ensemble) and :mod:`daemon.spot` (in-process or Celery spot-checks). Keeping the contract
+probe ensemble), :mod:`daemon.spot` (in-process or Celery spot-checks) and :mod:`daemon.retrainer`
+(in-process or Celery aux-probe retrains). Keeping the contract
 here lets the phase logic be read — and tested — without loading a model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from curriculum.domains.base import Domain
+from curriculum.retrain import RetrainSpec
 
 
 @dataclass(frozen=True)
@@ -23,26 +25,13 @@ class Scored:
 
 
 @dataclass(frozen=True)
-class LabelledSample:
-    """A stored task with its probe probability and spot-check verdict, for aux-probe retraining."""
+class ReferenceInfo:
+    """The frozen reference the probes read: what a retrain job needs to load and check it."""
 
-    task_id: int
-    text: str
-    topic: str
-    probability: float
-    solved: int
-    valid_trials: int
-    in_band: bool
-
-
-@dataclass(frozen=True)
-class NewProbe:
-    """An aux probe the engine trained, ready to be registered and activated."""
-
-    name: str
-    artifact_uri: str
-    reference_fingerprint: str
-    meta: dict[str, Any] = field(default_factory=dict)
+    model: str  # local path or hub id
+    fingerprint: str
+    layer: int  # resolved (non-negative) hidden-state layer of the probe feature
+    pooling: str
 
 
 class Engine(Protocol):
@@ -72,9 +61,8 @@ class Engine(Protocol):
         """Hot-swap the reward to these probes (primary members, aux constraints)."""
         ...
 
-    def train_aux(self, samples: Sequence[LabelledSample], negatives_topic: str | None,
-                  false_positive_ids: set[int], name: str) -> NewProbe | None:
-        """Train an aux probe (positives: in band; negatives: false positives + the topic family)."""
+    def reference_info(self) -> ReferenceInfo:
+        """The reference model, its fingerprint and the probe feature (for aux-probe retrain jobs)."""
         ...
 
 
@@ -83,4 +71,11 @@ class SpotChecker(Protocol):
 
     def dispatch(self, task_ids: Sequence[int], k: int) -> None:
         """Start spot-checks (in-process: run them now; distributed: send to Celery)."""
+        ...
+
+
+class Retrainer(Protocol):
+    def submit(self, spec: RetrainSpec) -> None:
+        """Start an aux-probe retrain whose pending job row exists (in-process: run it now;
+        distributed: send it to the run's ``retrain`` queue). The outcome lands on the job row."""
         ...

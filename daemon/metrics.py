@@ -19,8 +19,10 @@ metric-table name        Prometheus series                                kind
 ``spotcheck_utility``    ``propel_spotcheck_utility_ratio``               gauge
 ``queue_ready``          ``propel_queue_depth{state="ready"}``            gauge
 ``solver_budget_used``   ``propel_solver_budget_used_ratio``              gauge
+``retrain_pending``      ``propel_retrain_pending`` (1 while a job runs)  gauge
 ``emitted``              ``propel_tasks_emitted_total``                   counter (+= value)
 ``solver_trials``        ``propel_solver_trials_total``                   counter (+= value)
+``retrained``            ``propel_aux_retrains_total``                    counter (+= value)
 =======================  ===============================================  ==========================
 
 Plus ``propel_cycle`` (last exported cycle), ``propel_cycles_total``, ``propel_alerts_fired_total
@@ -50,10 +52,12 @@ GAUGES: dict[str, tuple[str, str]] = {
     "false_positive_rate": ("propel_false_positive_ratio", "Spot-checked probe-high tasks outside the band"),
     "spotcheck_utility": ("propel_spotcheck_utility_ratio", "Spot-checked tasks (all) that were in band"),
     "solver_budget_used": ("propel_solver_budget_used_ratio", "Spot-check solver budget used this hour"),
+    "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
 }
 COUNTERS: dict[str, tuple[str, str]] = {
     "emitted": ("propel_tasks_emitted", "Tasks emitted to the downstream queue"),
     "solver_trials": ("propel_solver_trials", "Solver attempts made by spot-checks"),
+    "retrained": ("propel_aux_retrains", "Aux probes trained and activated"),
 }
 QUEUE_METRIC = "queue_ready"
 METRIC_TABLE_NAMES: tuple[str, ...] = (*GAUGES, QUEUE_METRIC, *COUNTERS)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from threading import Event
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
@@ -14,10 +15,13 @@ from curriculum.store.db import Store
 from daemon.alerts import AlertManager, MitigationKind, build_sinks
 from daemon.config import PropelConfig, mask_url
 from daemon.driver import Driver, DriverHooks, DriverSettings
-from daemon.engine_api import Engine, SpotChecker
+from daemon.engine_api import Engine, Retrainer, SpotChecker
 from daemon.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
 from daemon.progress import Progress
 from daemon.service import RunOptions, open_run, serve
+
+if TYPE_CHECKING:
+    from daemon.engine import PropelEngine
 
 
 def driver_settings(cfg: PropelConfig) -> DriverSettings:
@@ -30,7 +34,10 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
         min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
         high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
-        diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model)
+        diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
+        probe_arch=cfg.probes.architecture,
+        probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
+        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
 
 
 def solver_kwargs(cfg: PropelConfig) -> dict[str, object]:
@@ -61,6 +68,15 @@ def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
     return CelerySpotChecker(solver_id, cfg.run_name, cfg.broker.spotcheck_batch_size)
 
 
+def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Retrainer:
+    """In-process on the leader's reference without a broker; the run's ``retrain`` queue with one."""
+    from daemon.retrainer import CeleryRetrainer, InProcessRetrainer
+
+    if cfg.broker.embedded:
+        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor)
+    return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
+
+
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
         progress: Progress) -> int:
     from daemon.engine import build_engine
@@ -75,7 +91,9 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
         spot = build_spot(cfg, store, engine)
-        return Driver(store, run_id, engine, spot, driver_settings(cfg), hooks=hooks, should_stop=stop.is_set)
+        retrainer = build_retrainer(cfg, store, engine)
+        return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
+                      should_stop=stop.is_set)
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 
-def start_worker(config: Path, log: Path, concurrency: int = 2, loglevel: str = "WARNING") -> subprocess.Popen[bytes]:
+def start_worker(config: Path, log: Path, concurrency: int = 2, loglevel: str = "WARNING",
+                 queues: str = "spotcheck,retrain") -> subprocess.Popen[bytes]:
     """A worker in its own process group (so :func:`stop` reaches its pool children too)."""
     with open(log, "ab") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "daemon.cli", "--config", str(config), "worker", "-c", str(concurrency),
-             "-l", loglevel],
+             "-l", loglevel, "-Q", queues],
             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -16,6 +16,7 @@ from curriculum.domains.base import Domain, get_domain
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.store.db import Store
+from probes import FeatureExtractor, FrozenReference
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,28 @@ class WorkerSettings:
 
 @dataclass
 class Resources:
+    """Built on first use in each process; the solver and the reference only when a task needs them."""
+
     store: Store
     domain: Domain
-    solver: SolverBackend
     sampling: Sampling
+    _solver: SolverBackend | None = None
+    _extractors: dict[str, FeatureExtractor] = field(default_factory=dict)
+
+    @property
+    def solver(self) -> SolverBackend:
+        if self._solver is None:
+            self._solver = build_solver(**settings().solver)
+        return self._solver
+
+    def extractor(self, reference: str) -> FeatureExtractor:
+        """A feature extractor on the frozen reference ``reference`` (loaded once per process)."""
+        if reference not in self._extractors:
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"  # in the child: no CUDA before the fork
+            self._extractors[reference] = FeatureExtractor(FrozenReference.load(reference, device=device))
+        return self._extractors[reference]
 
 
 _settings: WorkerSettings | None = None
@@ -55,13 +74,13 @@ def settings() -> WorkerSettings:
 
 
 def resources() -> Resources:
-    """This process's store, domain and solver (rebuilt after a fork: keyed by pid)."""
+    """This process's store, domain, solver and references (rebuilt after a fork: keyed by pid)."""
     global _resources
     pid = os.getpid()
     if _resources is None or _resources[0] != pid:
         s = settings()
         res = Resources(store=Store(s.database_url), domain=get_domain(s.domain, **s.domain_options),
-                        solver=build_solver(**s.solver), sampling=Sampling(**s.sampling))
+                        sampling=Sampling(**s.sampling))
         _resources = (pid, res)
     return _resources[1]
 

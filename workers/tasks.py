@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from curriculum.retrain import RetrainSpec, carry_out
 from curriculum.spotcheck import run_spotcheck
 from workers.app import app, queue_name
 from workers.runtime import resources
@@ -38,3 +39,19 @@ def dispatch_spotchecks(task_ids: Sequence[int], k: int, solver_id: str, run_nam
         spotcheck_task.apply_async(args=[batch, k], task_id=tid, queue=queue_name(run_name))
         ids.append(tid)
     return ids
+
+
+@app.task(name="propel.retrain")
+def retrain_task(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train the aux probe of a pending retrain job; the outcome (or the error) goes to the job's row."""
+    job = RetrainSpec.from_json(spec)
+    res = resources()
+    out = carry_out(res.store, job, res.domain, res.extractor)
+    return {"name": out.name, "state": out.state, "probe_id": out.probe_id, "reason": out.reason}
+
+
+def dispatch_retrain(spec: dict[str, Any], run_name: str) -> str:
+    """Send a retrain job to the run's ``retrain`` queue; the Celery task id is the job name."""
+    tid = f"retrain-{spec['name']}"
+    retrain_task.apply_async(args=[spec], task_id=tid, queue=queue_name(run_name, "retrain"))
+    return tid

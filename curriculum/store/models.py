@@ -41,6 +41,7 @@ TRIAL_OUTCOMES = ("pass", "fail", "null")
 QUEUE_STATES = ("ready", "leased", "acked", "dead")
 PROBE_ROLES = ("primary", "aux")
 FP_SIDES = ("too_easy", "too_hard")
+RETRAIN_STATES = ("pending", "done", "skipped", "failed")
 
 
 def utcnow() -> datetime:
@@ -194,6 +195,29 @@ class FalsePositive(Base):
     score: Mapped[float] = mapped_column(Float)
     consumed: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RetrainJob(Base):
+    """One aux-probe retrain: requested by the leader, carried out in-process or by a ``retrain`` worker.
+
+    ``spec`` holds everything the job needs (JSON, it is also the Celery message); the worker writes
+    the outcome here — ``done`` with the registered (inactive) probe, ``skipped`` when the labelled
+    set lacks a class, ``failed`` with the error — and the leader activates a ``done`` probe.
+    """
+
+    __tablename__ = "retrain_jobs"
+    __table_args__ = (CheckConstraint("state IN ('pending', 'done', 'skipped', 'failed')", name="state"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    cycle: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(8), default="pending")
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    probe_id: Mapped[int | None] = mapped_column(ForeignKey("probes.id", ondelete="SET NULL"))
+    result: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
 
 
 class GeneratorCheckpoint(Base):

@@ -162,6 +162,12 @@ def active_probes(sess: Session) -> list[ProbeRow]:
     return list(sess.scalars(select(ProbeRow).where(ProbeRow.active).order_by(ProbeRow.id)))
 
 
+def primary_probe_id(sess: Session) -> int | None:
+    """The first active primary probe (whose scores the driver stores and mines false positives of)."""
+    ids = [p.id for p in active_probes(sess) if p.role == "primary"]
+    return ids[0] if ids else None
+
+
 def add_checkpoint(sess: Session, run_id: int, step: int, adapter_hash: str, path: str) -> None:
     insert_ignore(sess, GeneratorCheckpoint, [{
         "run_id": run_id, "step": step, "adapter_hash": adapter_hash, "path": path,

@@ -3,8 +3,10 @@ covered by the end-to-end runs) and the real in-process spot-check pipeline + sy
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from sqlalchemy import func, select
 
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.domains.base import Task
+from curriculum.retrain import RetrainSpec, job_outcome, run_retrain
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
 from curriculum.spotcheck import Band
@@ -19,9 +22,12 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeRow, QueueItem, TaskRow
 from daemon.driver import Driver, DriverSettings
-from daemon.engine_api import LabelledSample, NewProbe, Scored
+from daemon.engine_api import ReferenceInfo, Scored
+from daemon.retrainer import InProcessRetrainer
 from daemon.schema import FrontierTask
 from daemon.spot import DispatchError, InProcessSpotChecker
+from probes import FeatureExtractor, FrozenReference
+from tests.integration.retrain_data import tiny_reference
 
 pytestmark = pytest.mark.integration
 
@@ -58,13 +64,31 @@ class FakeEngine:
     def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
         self.loaded.append((list(artifact_uris), list(aux_uris)))
 
-    def train_aux(self, samples: Sequence[LabelledSample], negatives_topic: str | None,
-                  false_positive_ids: set[int], name: str) -> NewProbe | None:
-        assert false_positive_ids and samples
-        return NewProbe(name, f"file:///aux/{name}", "sha256:ref", {"negatives": len(false_positive_ids)})
+    def reference_info(self) -> ReferenceInfo:
+        return ReferenceInfo("tiny", reference().fingerprint, 2, "mean_full")
 
 
-def make_driver(store: Store, **kw: Any) -> tuple[Driver, FakeEngine]:
+@functools.cache
+def reference() -> FrozenReference:
+    """Aux probes are trained for real, on a random tiny Qwen2 (built once per test process)."""
+    return tiny_reference()
+
+
+class QueuedRetrainer:
+    """Holds submitted jobs, as a broker would, until the test plays the worker."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.specs: list[RetrainSpec] = []
+        self.fail_first = fail_first
+
+    def submit(self, spec: RetrainSpec) -> None:
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            raise DispatchError("broker unreachable")
+        self.specs.append(spec)
+
+
+def make_driver(store: Store, probe_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
     with store.session() as s:
         run_id = repo.get_or_create_run(s, "drv", "h", {})
         pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {})
@@ -73,12 +97,13 @@ def make_driver(store: Store, **kw: Any) -> tuple[Driver, FakeEngine]:
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
     settings = DriverSettings(run_name="drv", sample_size=40, band=Band(8, 1, 3, 6), budget_per_cycle=20,
                               retrain_min_false_positives=3, min_probability=0.3, max_topic_share=0.5,
-                              diversity_sample_size=32, **kw)
-    return Driver(store, run_id, engine, spot, settings), engine
+                              diversity_sample_size=32, probe_arch="linear", probe_dir=str(probe_dir), **kw)
+    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))
+    return Driver(store, run_id, engine, spot, retrainer, settings), engine
 
 
-def test_three_cycles(store: Store) -> None:
-    driver, engine = make_driver(store)
+def test_three_cycles(store: Store, tmp_path: Path) -> None:
+    driver, engine = make_driver(store, tmp_path)
     phases = [driver.tick().phase for _ in range(15)]
     assert phases == ["rl", "sample", "spotcheck", "retrain", "emit"] * 3
     phase, cycle, counters = driver.state()
@@ -88,7 +113,7 @@ def test_three_cycles(store: Store) -> None:
         invalid = s.execute(select(func.count()).select_from(TaskRow).where(~TaskRow.valid)).scalar_one()
         labels = s.execute(select(func.count()).select_from(Label)).scalar_one()
         fps = s.execute(select(func.count()).select_from(FalsePositive)).scalar_one()
-        aux = s.scalars(select(ProbeRow).where(ProbeRow.role == "aux")).all()
+        aux = s.scalars(select(ProbeRow).where(ProbeRow.role == "aux").order_by(ProbeRow.id)).all()
         msgs = [q.message for q in s.scalars(select(QueueItem))]
         metric_names = set(s.scalars(select(MetricPoint.name).where(MetricPoint.cycle == 2)))
     assert tasks > 60 and invalid >= 1 and labels >= 40
@@ -102,8 +127,8 @@ def test_three_cycles(store: Store) -> None:
             "spotcheck_utility", "probe_precision", "solver_budget_used"} <= metric_names
 
 
-def test_rerunning_a_phase_duplicates_nothing(store: Store) -> None:
-    driver, _ = make_driver(store)
+def test_rerunning_a_phase_duplicates_nothing(store: Store, tmp_path: Path) -> None:
+    driver, _ = make_driver(store, tmp_path)
     for _ in range(5):
         driver.tick()
     with store.session() as s:
@@ -132,10 +157,69 @@ class DownBroker:
         raise DispatchError("broker unreachable")
 
 
-def test_broker_down_defers_spotchecks_and_rl_goes_on(store: Store) -> None:
-    driver, _ = make_driver(store)
+def test_broker_down_defers_spotchecks_and_rl_goes_on(store: Store, tmp_path: Path) -> None:
+    driver, _ = make_driver(store, tmp_path)
     driver.spot = DownBroker()
     for _ in range(10):
         driver.tick()
     _, cycle, counters = driver.state()
     assert cycle == 2 and counters["spotcheck_undispatched"] and driver.spot.calls == 2
+
+
+def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
+    while driver.state()[:2] != (phase, cycle):
+        driver.tick()
+
+
+def _aux(store: Store) -> list[ProbeRow]:
+    with store.session() as s:
+        return list(s.scalars(select(ProbeRow).where(ProbeRow.role == "aux").order_by(ProbeRow.id)))
+
+
+def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tmp_path: Path) -> None:
+    queued = QueuedRetrainer()
+    driver, engine = make_driver(store, tmp_path, retrainer=queued)
+    _tick_to(driver, "retrain", 0)
+    driver.tick()
+    counters = driver.state()[2]
+    assert len(queued.specs) == 1 and counters["retrain_job"] == queued.specs[0].name
+    assert not _aux(store) and engine.loaded == []
+    _tick_to(driver, "retrain", 1)
+    assert driver.tick().values["retrain_pending"] == 1.0  # the worker has not run: still pending
+    assert len(queued.specs) == 1, "no second job while one is pending"
+    worker = run_retrain(store, queued.specs[0], engine.domain, FeatureExtractor(reference()))  # the worker
+    assert worker.state == "done"
+    _tick_to(driver, "rl", 2)
+    steps_before = engine.step
+    report = driver.tick()  # the rl phase activates the finished probe, then trains
+    aux = _aux(store)
+    assert report.phase == "rl" and report.values["retrained"] == 1.0 and len(aux) == 1 and aux[0].active
+    assert engine.step > steps_before
+    assert engine.loaded[-1][1] == [aux[0].artifact_uri]
+    with store.session() as s:
+        consumed = set(s.scalars(select(FalsePositive.task_id).where(FalsePositive.consumed)))
+    assert consumed == set(worker.false_positive_ids) and "retrain_job" not in driver.state()[2]
+
+
+def test_retrain_dispatch_is_retried_when_the_broker_is_down(store: Store, tmp_path: Path) -> None:
+    queued = QueuedRetrainer(fail_first=1)
+    driver, _ = make_driver(store, tmp_path, retrainer=queued)
+    _tick_to(driver, "emit", 0)
+    counters = driver.state()[2]
+    assert counters["retrain_undispatched"] and queued.specs == [] and job_outcome(store, counters["retrain_job"])
+    _tick_to(driver, "emit", 1)
+    assert [s.name for s in queued.specs] == [counters["retrain_job"]]  # the same job, re-sent
+    assert driver.state()[2]["retrain_undispatched"] is False
+
+
+def test_a_retrain_with_no_outcome_is_given_up_after_the_timeout(store: Store, tmp_path: Path) -> None:
+    queued = QueuedRetrainer()
+    driver, _ = make_driver(store, tmp_path, retrainer=queued, retrain_timeout_s=0.0)
+    _tick_to(driver, "emit", 0)
+    first = queued.specs[0].name
+    _tick_to(driver, "retrain", 1)
+    report = driver.tick()
+    outcome = job_outcome(store, first)
+    assert outcome is not None and outcome.state == "failed" and "no outcome" in (outcome.reason or "")
+    assert report.values["retrain_failed"] == 1.0
+    assert len(queued.specs) == 2, "false positives still pending: a new job starts at once"

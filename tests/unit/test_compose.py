@@ -23,17 +23,21 @@ def compose() -> dict:
 
 def test_topology(compose: dict) -> None:
     services = compose["services"]
-    assert {"postgres", "redis", "daemon", "worker", "vllm", "prometheus", "grafana"} <= set(services)
+    assert {"postgres", "redis", "daemon", "worker", "retrainer", "vllm", "prometheus", "grafana"} <= set(services)
     assert services["vllm"]["profiles"] == ["gpu"]
     assert services["vllm"]["image"].startswith("vllm/vllm-openai")
-    for name in ("daemon", "worker"):
+    for name in ("daemon", "worker", "retrainer"):
         dep = services[name]["depends_on"]
         assert dep["postgres"]["condition"] == dep["redis"]["condition"] == "service_healthy"
+        assert "propel-data:/var/lib/propel" in services[name]["volumes"], "probe artifacts are shared"
     assert set(compose["volumes"]) >= {"pg-data", "propel-data"}
+    queues = {name: services[name]["command"][services[name]["command"].index("--queues") + 1]
+              for name in ("worker", "retrainer")}
+    assert queues == {"worker": "spotcheck", "retrainer": "retrain"}
 
 
 def test_propel_commands_exist(compose: dict) -> None:
-    for name in ("daemon", "worker"):
+    for name in ("daemon", "worker", "retrainer"):
         args = compose["services"][name]["command"]
         res = CliRunner().invoke(cli, [*args, "--help"])
         assert res.exit_code == 0, f"{name}: propel {shlex.join(args)} is not a command: {res.output}"

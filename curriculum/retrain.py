@@ -1,0 +1,181 @@
+"""Aux-probe retraining as a store-bound job: the same function runs in the leader (embedded mode)
+and in a Celery ``retrain`` worker (distributed mode).
+
+The leader writes a ``pending`` :class:`~curriculum.store.models.RetrainJob` row with a
+:class:`RetrainSpec`, then either calls :func:`run_retrain` itself or sends the spec to the run's
+``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run (with the primary
+probe's probability), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
+frozen reference, saves the artifact under ``spec.artifact_dir``, registers it **inactive** and
+records the outcome on the job row. The leader activates a ``done`` probe (it owns the reward).
+
+Idempotent: a redelivered message for a finished job returns the recorded outcome; the probe name is
+unique, so a job killed between saving and recording re-registers the same row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, update
+
+from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
+from curriculum.domains.base import Domain, Task
+from curriculum.spotcheck import Band, LabelValue
+from curriculum.store import repo
+from curriculum.store.db import Store, insert_ignore
+from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
+from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
+
+log = logging.getLogger("propel.retrain")
+
+
+@dataclass(frozen=True)
+class RetrainSpec:
+    """What one retrain needs besides the store and the domain (JSON-safe: it is the Celery message)."""
+
+    run_id: int
+    name: str
+    cycle: int
+    reference: str  # model path or hub id of the frozen reference the probe reads
+    reference_fingerprint: str  # the worker refuses a reference whose weights differ
+    layer: int
+    pooling: str
+    k: int
+    band_lo: int
+    band_hi: int
+    min_valid_trials: int
+    threshold: float
+    arch: str
+    collapse_topic: bool  # also use the dominant topic family as negatives (collapse mitigation)
+    artifact_dir: str
+    seed: int = 0
+
+    @property
+    def band(self) -> Band:
+        return Band(self.k, self.band_lo, self.band_hi, self.min_valid_trials)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RetrainSpec:
+        unknown = set(data) - {f.name for f in fields(cls)}
+        missing = {f.name for f in fields(cls) if f.default is MISSING} - set(data)
+        if unknown or missing:
+            raise ValueError(f"bad retrain spec: unknown {sorted(unknown)}, missing {sorted(missing)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RetrainOutcome:
+    """A job's state; ``false_positive_ids`` are the mined negatives of a ``done`` job."""
+
+    name: str
+    state: str
+    spec: RetrainSpec
+    probe_id: int | None = None
+    reason: str | None = None
+    false_positive_ids: tuple[int, ...] = ()
+    created_at: datetime | None = None
+
+
+def create_job(store: Store, spec: RetrainSpec) -> bool:
+    """Record a pending job (idempotent on ``spec.name``); True when it is new."""
+    with store.session() as s:
+        return insert_ignore(s, RetrainJob, [{
+            "run_id": spec.run_id, "name": spec.name, "cycle": spec.cycle, "state": "pending",
+            "spec": spec.to_json(), "result": {}, "created_at": datetime.now(UTC)}], ["name"]) == 1
+
+
+def job_outcome(store: Store, name: str) -> RetrainOutcome | None:
+    with store.session() as s:
+        row = s.scalars(select(RetrainJob).where(RetrainJob.name == name)).first()
+        if row is None:
+            return None
+        return RetrainOutcome(row.name, row.state, RetrainSpec.from_json(dict(row.spec)), row.probe_id, row.reason,
+                              tuple(row.result.get("false_positive_ids", [])), row.created_at)
+
+
+def finish_job(store: Store, name: str, state: str, reason: str | None = None) -> None:
+    """Record a ``skipped`` or ``failed`` outcome (a ``done`` one is written by :func:`run_retrain`)."""
+    with store.session() as s:
+        s.execute(update(RetrainJob).where(RetrainJob.name == name, RetrainJob.state == "pending")
+                  .values(state=state, reason=reason, finished_at=datetime.now(UTC)))
+
+
+def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSample]:
+    """Every spot-check-labelled valid task of the run, as reference text + primary-probe probability.
+
+    All of them, not only the newest: the new aux probe replaces the previous one, so it must keep
+    refusing what the earlier ones refused.
+    """
+    with store.session() as s:
+        primary = repo.primary_probe_id(s)
+        rows = s.execute(
+            select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, Label.solved, Label.valid_trials,
+                   Label.in_band, ProbeScore.probability)
+            .join(Label, Label.task_id == TaskRow.id)
+            .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
+            .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
+                   Label.in_band.is_not(None))).all()
+    return [LabelledSample(r.id, domain.reference_text(Task(domain.name, r.text, dict(r.payload or {}))), True,
+                           float(r.probability or 0.0), LabelValue(r.solved, r.valid_trials, r.in_band), r.topic)
+            for r in rows]
+
+
+def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor) -> RetrainOutcome:
+    """Carry out the job ``spec.name`` (created first if missing); returns its recorded outcome."""
+    create_job(store, spec)
+    known = job_outcome(store, spec.name)
+    if known is not None and known.state != "pending":
+        return known  # a redelivered message: the job already finished
+    if extractor.reference.fingerprint != spec.reference_fingerprint:
+        finish_job(store, spec.name, "failed", f"reference {spec.reference} has fingerprint "
+                   f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
+        return _outcome(store, spec.name)
+    samples = load_samples(store, spec.run_id, domain)
+    topic = dominant_topic(samples)[0] if spec.collapse_topic else None
+    try:
+        result = train_aux_probe(samples, extractor, FeatureSpec(layer=spec.layer, pooling=spec.pooling), spec.band,
+                                 threshold=spec.threshold, collapse_topic=topic, arch=spec.arch,
+                                 config=TrainConfig(seed=spec.seed), name=spec.name)
+    except InsufficientAuxData as err:
+        finish_job(store, spec.name, "skipped", str(err))
+        return _outcome(store, spec.name)
+    path = save_probe(result.probe, Path(spec.artifact_dir) / spec.name)
+    fp_ids = result.dataset.false_positive_ids
+    with store.session() as s:
+        pid = repo.register_probe(s, spec.name, "aux", str(path), spec.reference_fingerprint,
+                                  {"metrics": result.metrics, "training": result.dataset.summary, "cycle": spec.cycle})
+        s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
+            state="done", probe_id=pid, finished_at=datetime.now(UTC),
+            result={"false_positive_ids": fp_ids, "collapse_topic": topic, **result.dataset.summary}))
+    return _outcome(store, spec.name)
+
+
+def carry_out(store: Store, spec: RetrainSpec, domain: Domain,
+              extractor: Callable[[str], FeatureExtractor]) -> RetrainOutcome:
+    """:func:`run_retrain` with any error recorded on the job (``failed`` + the error) instead of raised.
+
+    ``extractor(spec.reference)`` gives the feature extractor (a worker loads the reference here, so
+    a reference that cannot load is a recorded failure too). The leader moves on at its next retrain
+    phase instead of waiting for the timeout.
+    """
+    try:
+        return run_retrain(store, spec, domain, extractor(spec.reference))
+    except Exception as err:
+        log.exception("retrain %s failed", spec.name)
+        create_job(store, spec)
+        finish_job(store, spec.name, "failed", f"{type(err).__name__}: {err}")
+        return _outcome(store, spec.name)
+
+
+def _outcome(store: Store, name: str) -> RetrainOutcome:
+    out = job_outcome(store, name)
+    assert out is not None, f"retrain job {name} vanished"
+    return out

@@ -1,0 +1,65 @@
+"""A labelled run in the store (real spot-check pipeline, synthetic solver) and a tiny frozen
+reference, for the aux-probe retrain tests (in-process, driver and Celery worker)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from curriculum.domains.arith import ArithDomain, complexity, random_expression
+from curriculum.retrain import RetrainSpec
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling
+from curriculum.spotcheck import Band, harvest_labels, run_spotcheck
+from curriculum.store import repo
+from curriculum.store.db import Store
+from probes import FrozenReference
+
+BAND = Band(8, 1, 3, 6)
+
+
+def tiny_reference(save_to: Path | None = None) -> FrozenReference:
+    """A random 2-layer Qwen2 on the character tokenizer (saved to ``save_to`` for worker processes)."""
+    from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+
+    tok = build_char_tokenizer()
+    model = tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0)
+    if save_to is None:
+        return FrozenReference(model, tok, model_id="tiny")
+    save_tiny(model, tok, save_to)
+    return FrozenReference.load(str(save_to))
+
+
+def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60) -> tuple[int, list[int]]:
+    """A run with ``n_tasks`` valid arith tasks, primary-probe scores (a function of complexity) and
+    k=8 spot-check labels from the synthetic solver; returns (run id, task ids)."""
+    dom, rng = ArithDomain(), random.Random(0)
+    new, probs, seen = [], [], set()
+    while len(new) < n_tasks:
+        v = dom.validate_batch([random_expression(rng, rng.randint(1, 7))])[0]
+        if v.valid and v.task.content_hash not in seen:
+            seen.add(v.task.content_hash)
+            probs.append(min(0.99, complexity(v.task) / 10))
+            new.append(repo.NewTask("arith", v.task.content_hash, v.task.text, True, v.task.payload,
+                                    topic=dom.topic(v.task), cycle=0))
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, name, "h", {})
+        ids = repo.add_tasks(s, run_id, new)
+        pid = repo.register_probe(s, f"{name}-primary", "primary", "file:///p", "sha256:ref", {})
+        repo.set_active_probes(s, [pid])
+        repo.record_probe_scores(s, pid, [(i, p * 10 - 5, p) for i, p in zip(ids, probs, strict=True)])
+    solver = build_solver("synthetic", seed=1)
+    run_spotcheck(store, dom, solver, ids, BAND.k, Sampling())
+    harvest_labels(store, ids, solver.solver_id, BAND)
+    return run_id, ids
+
+
+def spec_for(run_id: int, reference: FrozenReference, artifact_dir: Path, name: str = "rt-aux-c0",
+             reference_path: str | None = None, **overrides: object) -> RetrainSpec:
+    values: dict[str, object] = dict(
+        run_id=run_id, name=name, cycle=0, reference=reference_path or reference.model_id,
+        reference_fingerprint=reference.fingerprint, layer=2, pooling="mean_full", k=BAND.k, band_lo=BAND.lo,
+        band_hi=BAND.hi, min_valid_trials=BAND.min_valid_trials, threshold=0.5, arch="linear",
+        collapse_topic=False, artifact_dir=str(artifact_dir), seed=0)
+    values.update(overrides)
+    return RetrainSpec(**values)  # type: ignore[arg-type]
