@@ -58,8 +58,8 @@ def build_driver(store: Any) -> Any:
 
     with store.session() as s:
         run_id = repo.get_or_create_run(s, "soak", "h", {})
-        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {})
-        repo.set_active_probes(s, [pid])
+        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
+        repo.set_active_probes(s, [pid], run_id)
     engine = FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
     settings = DriverSettings(run_name="soak", sample_size=16, band=Band(8, 1, 3, 6), budget_per_cycle=4,

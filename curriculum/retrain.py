@@ -115,7 +115,7 @@ def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSamp
     refusing what the earlier ones refused.
     """
     with store.session() as s:
-        primary = repo.primary_probe_id(s)
+        primary = repo.primary_probe_id(s, run_id)
         rows = s.execute(
             select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, Label.solved, Label.valid_trials,
                    Label.in_band, ProbeScore.probability)
@@ -151,7 +151,8 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
     fp_ids = result.dataset.false_positive_ids
     with store.session() as s:
         pid = repo.register_probe(s, spec.name, "aux", str(path), spec.reference_fingerprint,
-                                  {"metrics": result.metrics, "training": result.dataset.summary, "cycle": spec.cycle})
+                                  {"metrics": result.metrics, "training": result.dataset.summary, "cycle": spec.cycle},
+                                  run_id=spec.run_id)
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
             state="done", probe_id=pid, finished_at=datetime.now(UTC),
             result={"false_positive_ids": fp_ids, "collapse_topic": topic, **result.dataset.summary}))

@@ -229,7 +229,8 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
         state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
         depths = repo.queue_depths(s)
-        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in repo.active_probes(s)]
+        active = repo.active_probes(s, run_id) if run_id else []
+        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
     return {
         "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
         "counters": dict(state.counters) if state else {},

@@ -82,7 +82,8 @@ def collect(store: Store, run_name: str) -> DashboardData:
         rows = sess.execute(select(QueueItem.state, func.count()).where(QueueItem.run_id == data.run_id)
                             .group_by(QueueItem.state))
         data.queue = {state: 0 for state in QUEUE_STATES} | {str(s): int(n) for s, n in rows}
-        data.probes = [_probe_dict(p) for p in sess.scalars(select(ProbeRow).order_by(ProbeRow.created_at))]
+        data.probes = [_probe_dict(p) for p in sess.scalars(select(ProbeRow).where(ProbeRow.run_id == data.run_id)
+                                                            .order_by(ProbeRow.created_at))]
         data.spotcheck = _spotcheck_by_cycle(sess, data.run_id)
     return data
 

@@ -150,7 +150,7 @@ class Driver:
                for v in validities]
         with self.store.session() as s:
             ids = repo.add_tasks(s, self.run_id, new)
-            primary = repo.primary_probe_id(s)
+            primary = repo.primary_probe_id(s, self.run_id)
             if scored is not None and primary is not None:
                 repo.record_probe_scores(s, primary, [(ids[i], lg, p) for i, lg, p in
                                                       zip(valid_idx, scored.logits, scored.probabilities, strict=True)])
@@ -178,7 +178,7 @@ class Driver:
         values = self._harvest(cycle, counters)
         pending = set(counters.get("spotcheck_pending", []))
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s)
+            primary = repo.primary_probe_id(s, self.run_id)
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id,
                                                       SolverTrial.solver_id == self.spot.solver_id)
             rows = s.execute(
@@ -219,7 +219,7 @@ class Driver:
             return {}
         labels = harvest_labels(self.store, pending, self.spot.solver_id, self.s.band)
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s)
+            primary = repo.primary_probe_id(s, self.run_id)
             probs = {t: p for t, p in s.execute(select(ProbeScore.task_id, ProbeScore.probability).where(
                 ProbeScore.task_id.in_(list(labels)), ProbeScore.probe_id == primary))}
             labelled = [(t, True, float(probs.get(t, 0.0)), lab) for t, lab in labels.items()]
@@ -303,8 +303,8 @@ class Driver:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
         with self.store.session() as s:
-            primaries = [p.id for p in repo.active_probes(s) if p.role == "primary"]
-            repo.set_active_probes(s, [*primaries, job.probe_id])
+            primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
+            repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
             s.execute(update(FalsePositive).where(FalsePositive.task_id.in_(list(job.false_positive_ids)))
                       .values(consumed=True))
         self._reload_probes()
@@ -314,14 +314,14 @@ class Driver:
 
     def _reload_probes(self) -> None:
         with self.store.session() as s:
-            active = repo.active_probes(s)
+            active = repo.active_probes(s, self.run_id)
         self.engine.load_probes([p.artifact_uri for p in active if p.role == "primary"],
                                 [p.artifact_uri for p in active if p.role == "aux"])
 
     def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s)
+            primary = repo.primary_probe_id(s, self.run_id)
             rows = s.execute(
                 select(TaskRow, ProbeScore.probability, Label.in_band, Label.solved, Label.valid_trials,
                        Label.solver_id)

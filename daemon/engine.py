@@ -90,7 +90,7 @@ class PropelEngine:
         self.calibration_texts = self._calibration_texts()
         self._ensure_primary_probes()
         with store.session() as s:
-            active = repo.active_probes(s)
+            active = repo.active_probes(s, run_id)
         self.load_probes([p.artifact_uri for p in active if p.role == "primary"],
                          [p.artifact_uri for p in active if p.role == "aux"])
 
@@ -121,7 +121,7 @@ class PropelEngine:
 
     def _ensure_primary_probes(self) -> None:
         with self.store.session() as s:
-            if any(p.role == "primary" for p in repo.active_probes(s)):
+            if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
         texts, labels = self._offline_labels(self.cfg.probes.train_samples)
         x = FeatureExtractor(self.reference).extract(texts, [self.spec])[self.spec]
@@ -134,9 +134,10 @@ class PropelEngine:
             path = save_probe(probe, self.run_dir / "probes" / name)
             with self.store.session() as s:
                 ids.append(repo.register_probe(s, name, "primary", str(path), self.reference.fingerprint,
-                                               {"metrics": probe.metrics, "training": probe.training}))
+                                               {"metrics": probe.metrics, "training": probe.training},
+                                               run_id=self.run_id))
         with self.store.session() as s:
-            repo.set_active_probes(s, ids)
+            repo.set_active_probes(s, ids, self.run_id)
 
     def _offline_labels(self, n: int) -> tuple[list[str], list[LabelValue]]:
         """Sample ``n`` base-policy tasks and label them with ``k`` solver attempts each (offline trials)."""

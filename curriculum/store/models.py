@@ -113,11 +113,15 @@ class TaskRow(Base):
 
 
 class ProbeRow(Base):
-    """Registry of trained probes (primary or auxiliary) with metadata and artifact location."""
+    """Registry of trained probes (primary or auxiliary) with metadata and artifact location.
+
+    ``active`` is per run: each run's reward reads its own active set.
+    """
 
     __tablename__ = "probes"
     __table_args__ = (CheckConstraint("role IN ('primary', 'aux')", name="role"),)
     id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[str] = mapped_column(String(16))
     artifact_uri: Mapped[str] = mapped_column(Text)

@@ -140,31 +140,36 @@ def add_false_positives(sess: Session, probe_id: int, rows: Iterable[tuple[int, 
 
 
 def register_probe(sess: Session, name: str, role: str, artifact_uri: str, reference_fingerprint: str,
-                   meta: Mapping[str, Any], active: bool = False) -> int:
-    """Register a probe artifact (idempotent on ``name``); returns its id."""
+                   meta: Mapping[str, Any], active: bool = False, run_id: int | None = None) -> int:
+    """Register a probe artifact of ``run_id`` (idempotent on ``name``); returns its id."""
     if role not in PROBE_ROLES:
         raise ValueError(f"probe role must be one of {PROBE_ROLES}, got {role!r}")
     insert_ignore(sess, ProbeRow, [{
-        "name": name, "role": role, "artifact_uri": artifact_uri,
+        "run_id": run_id, "name": name, "role": role, "artifact_uri": artifact_uri,
         "reference_fingerprint": reference_fingerprint, "meta": dict(meta), "active": active,
         "created_at": utcnow()}], ["name"])
     return int(sess.scalars(select(ProbeRow.id).where(ProbeRow.name == name)).one())
 
 
-def set_active_probes(sess: Session, probe_ids: Sequence[int]) -> None:
-    """Make exactly ``probe_ids`` the active set (the reward hot-swaps to them)."""
-    sess.execute(update(ProbeRow).values(active=False))
+def set_active_probes(sess: Session, probe_ids: Sequence[int], run_id: int | None = None) -> None:
+    """Make exactly ``probe_ids`` the active set of ``run_id`` (of the whole store when None)."""
+    off = update(ProbeRow).values(active=False)
+    sess.execute(off if run_id is None else off.where(ProbeRow.run_id == run_id))
     if probe_ids:
         sess.execute(update(ProbeRow).where(ProbeRow.id.in_(list(probe_ids))).values(active=True))
 
 
-def active_probes(sess: Session) -> list[ProbeRow]:
-    return list(sess.scalars(select(ProbeRow).where(ProbeRow.active).order_by(ProbeRow.id)))
+def active_probes(sess: Session, run_id: int | None = None) -> list[ProbeRow]:
+    """The active probes of ``run_id`` (of the whole store when None), oldest first."""
+    q = select(ProbeRow).where(ProbeRow.active)
+    if run_id is not None:
+        q = q.where(ProbeRow.run_id == run_id)
+    return list(sess.scalars(q.order_by(ProbeRow.id)))
 
 
-def primary_probe_id(sess: Session) -> int | None:
+def primary_probe_id(sess: Session, run_id: int | None = None) -> int | None:
     """The first active primary probe (whose scores the driver stores and mines false positives of)."""
-    ids = [p.id for p in active_probes(sess) if p.role == "primary"]
+    ids = [p.id for p in active_probes(sess, run_id) if p.role == "primary"]
     return ids[0] if ids else None
 
 

@@ -45,8 +45,8 @@ def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60) -> tupl
     with store.session() as s:
         run_id = repo.get_or_create_run(s, name, "h", {})
         ids = repo.add_tasks(s, run_id, new)
-        pid = repo.register_probe(s, f"{name}-primary", "primary", "file:///p", "sha256:ref", {})
-        repo.set_active_probes(s, [pid])
+        pid = repo.register_probe(s, f"{name}-primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
+        repo.set_active_probes(s, [pid], run_id)
         repo.record_probe_scores(s, pid, [(i, p * 10 - 5, p) for i, p in zip(ids, probs, strict=True)])
     solver = build_solver("synthetic", seed=1)
     run_spotcheck(store, dom, solver, ids, BAND.k, Sampling())

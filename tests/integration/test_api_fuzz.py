@@ -40,7 +40,7 @@ def _seed(store: Store) -> None:
         repo.save_state(s, run_id, phase="sample", cycle=2, counters={"emitted_total": 3})
         s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(heartbeat_at=utcnow()))
         repo.record_metrics(s, run_id, 1, {"validity": 0.9, "self_bleu3": 0.2})
-        repo.register_probe(s, "p0", "primary", "file:///p0", "sha256:ref", {}, active=True)
+        repo.register_probe(s, "p0", "primary", "file:///p0", "sha256:ref", {}, active=True, run_id=run_id)
 
 
 @pytest.fixture

@@ -54,7 +54,8 @@ def _seed(store: Store, run: str = "demo", cycles: int = 16) -> None:
     with store.session() as sess:
         for k, role in enumerate(("primary", "aux", "aux")):
             repo.register_probe(sess, f"probe-{role}-{k}", role, f"file:///p{k}", "ref",
-                                {"metrics": {"balanced_accuracy": 0.7 + 0.05 * k, "ece": 0.05}}, active=k != 1)
+                                {"metrics": {"balanced_accuracy": 0.7 + 0.05 * k, "ece": 0.05}}, active=k != 1,
+                                run_id=run_id)
 
 
 @pytest.fixture

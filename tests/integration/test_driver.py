@@ -91,8 +91,8 @@ class QueuedRetrainer:
 def make_driver(store: Store, probe_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
     with store.session() as s:
         run_id = repo.get_or_create_run(s, "drv", "h", {})
-        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {})
-        repo.set_active_probes(s, [pid])
+        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
+        repo.set_active_probes(s, [pid], run_id)
     engine = FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
     settings = DriverSettings(run_name="drv", sample_size=40, band=Band(8, 1, 3, 6), budget_per_cycle=20,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from curriculum.store.db import Store
 from curriculum.store.models import Base
@@ -50,3 +50,30 @@ def test_sqlite_round_trip(tmp_path: Path) -> None:
 
 def test_postgres_round_trip(pg_url: str) -> None:
     _round_trip(pg_url)
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0005_assigns_existing_probes_to_their_run(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0004")
+    store = Store(url)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO runs (id, name, config_hash, config, created_at) VALUES "
+                              "(1, 'a', 'h', '{}', CURRENT_TIMESTAMP), (2, 'a-b', 'h', '{}', CURRENT_TIMESTAMP)"))
+            conn.execute(text(
+                "INSERT INTO probes (name, role, artifact_uri, reference_fingerprint, meta, active, created_at) VALUES "
+                "('a-primary-0', 'primary', 'x', 'f', '{}', true, CURRENT_TIMESTAMP), "
+                "('a-b-aux-c1', 'aux', 'x', 'f', '{}', true, CURRENT_TIMESTAMP), "
+                "('hand-made', 'primary', 'x', 'f', '{}', false, CURRENT_TIMESTAMP)"))
+        upgrade(url)
+        with store.engine.connect() as conn:
+            owners = dict(conn.execute(text("SELECT name, run_id FROM probes")).all())
+    finally:
+        store.dispose()
+        if db == "postgresql":  # leave the session database as the other tests expect it
+            downgrade(url, "base")
+            upgrade(url)
+    assert owners == {"a-primary-0": 1, "a-b-aux-c1": 2, "hand-made": None}

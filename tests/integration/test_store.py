@@ -93,6 +93,21 @@ def test_probes_scores_false_positives(store: Store) -> None:
         repo.register_probe(s, "bad", "judge", "x", "fp", {})
 
 
+def test_active_probes_are_per_run(store: Store) -> None:
+    with store.session() as s:
+        a, b = (repo.get_or_create_run(s, name, "h", {}) for name in ("run-a", "run-b"))
+        pa = repo.register_probe(s, "a-primary", "primary", "file:///a", "fp", {}, run_id=a)
+        pb = repo.register_probe(s, "b-primary", "primary", "file:///b", "fp", {}, run_id=b)
+        repo.set_active_probes(s, [pa], a)
+        repo.set_active_probes(s, [pb], b)  # run b's swap leaves run a's probe active
+        aux = repo.register_probe(s, "a-aux", "aux", "file:///x", "fp", {}, run_id=a)
+        repo.set_active_probes(s, [pa, aux], a)
+    with store.session() as s:
+        assert [p.name for p in repo.active_probes(s, a)] == ["a-primary", "a-aux"]
+        assert [p.name for p in repo.active_probes(s, b)] == ["b-primary"]
+        assert repo.primary_probe_id(s, b) == pb and repo.primary_probe_id(s, a) == pa
+
+
 def test_checkpoints_metrics_alerts_state(store: Store) -> None:
     run_id = _run(store)
     with store.session() as s:
