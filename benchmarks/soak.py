@@ -46,27 +46,14 @@ def db_connections(store: Any) -> int:
 
 
 def build_driver(store: Any) -> Any:
-    from curriculum.solvers import build_solver
-    from curriculum.solvers.base import Sampling
+    """The integration tests' driver (fake engine, real store and spot-checks), retrains off."""
     from curriculum.spotcheck import Band
-    from curriculum.store import repo
-    from daemon.driver import Driver, DriverSettings
-    from daemon.retrainer import InProcessRetrainer
-    from daemon.spot import InProcessSpotChecker
-    from probes import FeatureExtractor
-    from tests.integration.test_driver import FakeEngine, reference
+    from tests.integration.test_driver import make_driver
 
-    with store.session() as s:
-        run_id = repo.get_or_create_run(s, "soak", "h", {})
-        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
-        repo.set_active_probes(s, [pid], run_id)
-    engine = FakeEngine()
-    spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
-    settings = DriverSettings(run_name="soak", sample_size=16, band=Band(8, 1, 3, 6), budget_per_cycle=4,
-                              budget_per_hour=10**9, retrain_min_false_positives=10**9, min_probability=0.3,
-                              max_topic_share=0.5, diversity_sample_size=16)
-    retrainer = InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))  # off: see settings
-    return Driver(store, run_id, engine, spot, retrainer, settings)  # type: ignore[arg-type]  # structural fake
+    driver, _ = make_driver(store, Path(tempfile.gettempdir()), run_name="soak", sample_size=16,
+                            band=Band(8, 1, 3, 6), budget_per_cycle=4, budget_per_hour=10**9,
+                            retrain_min_false_positives=10**9, diversity_sample_size=16, probe_arch="mlp")
+    return driver
 
 
 def soak(store: Any, cycles: int, warmup: int, every: int = 10) -> dict[str, Any]:

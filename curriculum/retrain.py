@@ -78,10 +78,10 @@ class RetrainOutcome:
     name: str
     state: str
     spec: RetrainSpec
+    created_at: datetime
     probe_id: int | None = None
     reason: str | None = None
     false_positive_ids: tuple[int, ...] = ()
-    created_at: datetime | None = None
 
 
 def create_job(store: Store, spec: RetrainSpec) -> bool:
@@ -97,8 +97,8 @@ def job_outcome(store: Store, name: str) -> RetrainOutcome | None:
         row = s.scalars(select(RetrainJob).where(RetrainJob.name == name)).first()
         if row is None:
             return None
-        return RetrainOutcome(row.name, row.state, RetrainSpec.from_json(dict(row.spec)), row.probe_id, row.reason,
-                              tuple(row.result.get("false_positive_ids", [])), row.created_at)
+        return RetrainOutcome(row.name, row.state, RetrainSpec.from_json(dict(row.spec)), row.created_at,
+                              row.probe_id, row.reason, tuple(row.result.get("false_positive_ids", [])))
 
 
 def finish_job(store: Store, name: str, state: str, reason: str | None = None) -> None:

@@ -291,7 +291,7 @@ class Driver:
             counters.pop("retrain_job", None)
             return {}
         if job.state == "pending":
-            age = (datetime.now(UTC) - job.created_at).total_seconds() if job.created_at else 0.0
+            age = (datetime.now(UTC) - job.created_at).total_seconds()
             if age > self.s.retrain_timeout_s:
                 retrain.finish_job(self.store, job.name, "failed", f"no outcome after {age:.0f} s")
                 return self._collect_retrain(counters)

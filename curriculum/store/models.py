@@ -41,7 +41,6 @@ TRIAL_OUTCOMES = ("pass", "fail", "null")
 QUEUE_STATES = ("ready", "leased", "acked", "dead")
 PROBE_ROLES = ("primary", "aux")
 FP_SIDES = ("too_easy", "too_hard")
-RETRAIN_STATES = ("pending", "done", "skipped", "failed")
 
 
 def utcnow() -> datetime:

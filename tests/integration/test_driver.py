@@ -89,15 +89,18 @@ class QueuedRetrainer:
 
 
 def make_driver(store: Store, probe_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
+    """The fake engine, in-process spot-checks with the synthetic solver, real retrains on the tiny
+    reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
+    settings = DriverSettings(**{
+        "run_name": "drv", "sample_size": 40, "band": Band(8, 1, 3, 6), "budget_per_cycle": 20,
+        "retrain_min_false_positives": 3, "min_probability": 0.3, "max_topic_share": 0.5,
+        "diversity_sample_size": 32, "probe_arch": "linear", "probe_dir": str(probe_dir), **kw})
     with store.session() as s:
-        run_id = repo.get_or_create_run(s, "drv", "h", {})
+        run_id = repo.get_or_create_run(s, settings.run_name, "h", {})
         pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
         repo.set_active_probes(s, [pid], run_id)
     engine = FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
-    settings = DriverSettings(run_name="drv", sample_size=40, band=Band(8, 1, 3, 6), budget_per_cycle=20,
-                              retrain_min_false_positives=3, min_probability=0.3, max_topic_share=0.5,
-                              diversity_sample_size=32, probe_arch="linear", probe_dir=str(probe_dir), **kw)
     retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))
     return Driver(store, run_id, engine, spot, retrainer, settings), engine
 
