@@ -35,7 +35,7 @@ test-fast: $(STAMP)  ## unit tests only
 
 lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy probes curriculum workers daemon
+	$(BIN)/mypy probes curriculum workers daemon propel_sdk migrations
 
 bench: $(STAMP)  ## run the benchmarks (results in benchmarks/results/)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

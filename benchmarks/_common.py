@@ -21,7 +21,7 @@ def scratch_postgres() -> Iterator[str]:
     """A fresh, migrated PostgreSQL database, dropped afterwards; yields its URL."""
     import sqlalchemy as sa
 
-    from daemon.cli_db import upgrade
+    from migrations import upgrade
 
     name = f"propel_bench_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")

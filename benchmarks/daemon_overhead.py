@@ -49,10 +49,11 @@ def main() -> None:
 
     from curriculum.bootstrap import bootstrap
     from daemon.config import config_from_mapping
-    from daemon.driver import Driver
-    from daemon.engine import build_engine
-    from daemon.runtime import build_retrainer, build_spot, driver_settings
-    from daemon.service import open_run
+    from daemon.loop.driver import Driver
+    from daemon.service.engine import build_engine
+    from daemon.service.lifecycle import open_run
+    from daemon.service.runtime import build_retrainer, build_spot
+    from daemon.service.settings import driver_settings
 
     gen = bootstrap("arith", data_dir=Path(args.cache), steps=args.bootstrap_steps, show_progress=False).path
     with TemporaryDirectory() as tmp:

@@ -86,7 +86,7 @@ def consume_store(url: str, batch: int, out: Any) -> None:
 
 
 def consume_http(base: str, batch: int, out: Any) -> None:
-    from workers.client import PropelClient
+    from propel_sdk.client import PropelClient
 
     got, lat = [], []
     with PropelClient(base) as client:
@@ -135,7 +135,8 @@ def start_api(url: str) -> tuple[Any, str]:
     from tests.integration.servers import free_port, wait_http
 
     port = free_port()
-    code = ("import uvicorn; from curriculum.store.db import Store; from daemon.api import ApiContext, create_app; "
+    code = ("import uvicorn; from curriculum.store.db import Store; "
+            "from daemon.http.api import ApiContext, create_app; "
             f"uvicorn.run(create_app(ApiContext(store=Store({url!r}, pool_size=8), run_name='bench')), "
             f"host='127.0.0.1', port={port}, log_level='warning')")
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -1,7 +1,7 @@
 """Soak: N mini-cycles of the daemon's phase driver on a real store, watching resident memory,
 open file descriptors and database connections.
 
-The driver (:class:`daemon.driver.Driver`), the store, the in-process spot-check pipeline and the
+The driver (:class:`daemon.loop.driver.Driver`), the store, the in-process spot-check pipeline and the
 synthetic solver are real; the generator engine is the hand-written fake from
 ``tests/integration/test_driver.py::FakeEngine`` (random arith samples, a fixed "probe") so a cycle
 costs milliseconds, not GRPO steps. This measures leaks in the daemon's own loop, not in TRL/torch.
@@ -113,7 +113,7 @@ def main() -> None:
             res = soak(store, args.cycles, args.warmup, every=max(1, args.cycles // 100))
             store.dispose()
     else:
-        from daemon.cli_db import upgrade
+        from migrations import upgrade
 
         with tempfile.TemporaryDirectory() as tmp:
             url = f"sqlite:///{tmp}/soak.db"

@@ -67,8 +67,8 @@ def wait_ready(n_workers: int, timeout_s: float = 60) -> None:
 def run_arm(store: Store, pg_url: str, ids: list[int], n_workers: int, k: int, latency_s: float,
             folder: Path) -> float:
     """Wall seconds from dispatch to the last trial row, with ``n_workers`` single-process workers."""
-    from daemon.cli_worker import worker_settings
     from daemon.config import load_config
+    from daemon.service.settings import worker_settings
     from workers import runtime
     from workers.app import configure_app
     from workers.tasks import dispatch_spotchecks

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from daemon.alerts import DEFAULT_RULES, AlertRule, AlertRules
+from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule, AlertRules
 
 ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "PROPEL_DATABASE_URL": ("store", "url"),

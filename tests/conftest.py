@@ -62,7 +62,7 @@ def pg_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    from daemon.cli_db import upgrade
+    from migrations import upgrade
 
     upgrade(url)
     try:
@@ -91,7 +91,7 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[Store]:
-    from daemon.cli_db import upgrade
+    from migrations import upgrade
 
     url = f"sqlite:///{tmp_path / 'propel.db'}"
     upgrade(url)

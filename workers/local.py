@@ -14,7 +14,7 @@ def start_worker(config: Path, log: Path, concurrency: int = 2, loglevel: str = 
     """A worker in its own process group (so :func:`stop` reaches its pool children too)."""
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli", "--config", str(config), "worker", "-c", str(concurrency),
+            [sys.executable, "-m", "daemon.cli.main", "--config", str(config), "worker", "-c", str(concurrency),
              "-l", loglevel, "-Q", queues],
             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 

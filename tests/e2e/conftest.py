@@ -66,7 +66,7 @@ port = {port}
 
 def start_daemon(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "daemon.cli", "--config", str(config), "run", *args],
+        return subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(config), "run", *args],
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
 

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from workers.client import PropelClient, PropelClientError
+from propel_sdk.client import PropelClient, PropelClientError
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ def test_kill_and_resume_with_worker_and_consumer(tmp_path: Path, tiny_generator
         assert daemon.wait(timeout=900) == 0, log.read_text()[-4000:]
         # the daemon's API went with it: serve the queue alone so the consumer drains the last emission
         with open(tmp_path / "serve.log", "wb") as serve_log:
-            api = subprocess.Popen([sys.executable, "-m", "daemon.cli", "--config", str(cfg), "serve"],
+            api = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(cfg), "serve"],
                                    stdout=serve_log, stderr=subprocess.STDOUT)
         wait_until(lambda: _all_acked(pg_store), 120, "the consumer to ack every emitted task", api,
                    tmp_path / "serve.log")

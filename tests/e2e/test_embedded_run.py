@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from curriculum.store.db import Store
 from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem
-from daemon.schema import FrontierTask
+from propel_sdk.schema import FrontierTask
 from tests.e2e.conftest import run_state, start_daemon, write_config
 
 pytestmark = [pytest.mark.slow]

@@ -11,19 +11,12 @@ from click.testing import CliRunner
 
 from curriculum.store import repo
 from curriculum.store.db import Store
-from daemon.alerts import (
-    DEFAULT_RULES,
-    AlertManager,
-    AlertSink,
-    CycleAlerts,
-    LogSink,
-    MitigationKind,
-    PrometheusSink,
-    WebhookSink,
-)
-from daemon.cli_alerts import alerts
-from daemon.metrics import build_metrics, render
-from daemon.replay import replay
+from daemon.cli.alerts import alerts
+from daemon.ops.alerts.manager import AlertManager, CycleAlerts
+from daemon.ops.alerts.rules import DEFAULT_RULES, MitigationKind
+from daemon.ops.alerts.sinks import AlertSink, LogSink, PrometheusSink, WebhookSink
+from daemon.ops.metrics import build_metrics, render
+from daemon.ops.replay import replay
 from tests.integration.servers import scripted_server
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ from sqlalchemy import select, update
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, utcnow
-from daemon.api import ApiContext, create_app
+from daemon.http.api import ApiContext, create_app
+from propel_sdk.client import PropelClient, PropelClientError
 from tests.integration.servers import serve_app
-from workers.client import PropelClient, PropelClientError
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-for-tests"

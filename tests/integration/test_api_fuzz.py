@@ -21,7 +21,7 @@ from sqlalchemy import update
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
-from daemon.api import ApiContext, create_app
+from daemon.http.api import ApiContext, create_app
 from tests.integration.servers import serve_app
 
 schemathesis = pytest.importorskip("schemathesis", reason="pip install schemathesis (dev extra)")

@@ -78,8 +78,8 @@ def _wait_for(store: Store, target: int, timeout_s: float, proc: subprocess.Pope
 
 
 def _dispatch(cfg: Path, ids: list[int]) -> None:
-    from daemon.cli_worker import worker_settings
     from daemon.config import load_config
+    from daemon.service.settings import worker_settings
     from workers import runtime
     from workers.app import configure_app
     from workers.tasks import dispatch_spotchecks

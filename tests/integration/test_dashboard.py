@@ -19,8 +19,9 @@ from fastapi import FastAPI
 from curriculum.store import queue as q
 from curriculum.store import repo
 from curriculum.store.db import Store
-from daemon.alerts import DEFAULT_RULES, AlertManager
-from daemon.dashboard import collect, render_page, router
+from daemon.http.dashboard import collect, render_page, router
+from daemon.ops.alerts.manager import AlertManager
+from daemon.ops.alerts.rules import DEFAULT_RULES
 from tests.conftest import require_service
 from tests.integration.servers import free_port
 

@@ -21,12 +21,12 @@ from curriculum.spotcheck import Band
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeRow, QueueItem, TaskRow
-from daemon.driver import Driver, DriverSettings
-from daemon.engine_api import ReferenceInfo, Scored
-from daemon.retrainer import InProcessRetrainer
-from daemon.schema import FrontierTask
-from daemon.spot import DispatchError, InProcessSpotChecker
+from daemon.loop.driver import Driver, DriverSettings
+from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
+from daemon.service.retrainer import InProcessRetrainer
+from daemon.service.spot import InProcessSpotChecker
 from probes import FeatureExtractor, FrozenReference
+from propel_sdk.schema import FrontierTask
 from tests.integration.retrain_data import tiny_reference
 
 pytestmark = pytest.mark.integration

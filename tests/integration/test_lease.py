@@ -10,7 +10,7 @@ from sqlalchemy import select, text, update
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
-from daemon.lease import AdvisoryLease, RowLease, make_lease
+from daemon.service.lease import AdvisoryLease, RowLease, make_lease
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from sqlalchemy import inspect, text
 
 from curriculum.store.db import Store
 from curriculum.store.models import Base
-from daemon.cli_db import downgrade, upgrade
+from migrations import downgrade, upgrade
 
 pytestmark = pytest.mark.integration
 

@@ -97,9 +97,9 @@ def _wait_finished(store: Store, names: list[str], proc: subprocess.Popen[bytes]
 @pytest.mark.slow
 def test_celery_worker_trains_and_reports_failures(tmp_path: Path, pg_store: Store, pg_url: str,
                                                    redis_url: str) -> None:
-    from daemon.cli_worker import worker_settings
     from daemon.config import load_config
-    from daemon.retrainer import CeleryRetrainer
+    from daemon.service.retrainer import CeleryRetrainer
+    from daemon.service.settings import worker_settings
     from workers import runtime
     from workers.app import configure_app
 

@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from curriculum.store.db import Store
-from daemon.api import ApiContext, create_app
-from daemon.cli import cli
+from daemon.cli.main import cli
 from daemon.config import mask_url
-from daemon.spot import CelerySpotChecker, DispatchError
+from daemon.http.api import ApiContext, create_app
+from daemon.loop.ports import DispatchError
+from daemon.service.spot import CelerySpotChecker
 from tests.integration.servers import free_port, serve_app
 
 pytestmark = pytest.mark.integration
@@ -125,7 +126,7 @@ def test_token_comparison_is_constant_time() -> None:
     import ast
     import inspect
 
-    from daemon import api
+    from daemon.http import api
 
     src = inspect.getsource(api.require_token)
     calls = {ast.unparse(n.func) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from daemon.cli import cli
+from daemon.cli.main import cli
 from daemon.config import ENV_OVERRIDES, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

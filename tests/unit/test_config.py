@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daemon.cli import cli
+from daemon.cli.main import cli
 from daemon.config import ConfigError, load_config, mask_url
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -97,7 +97,7 @@ def test_config_check_cli_exit_codes(tmp_path: Path) -> None:
 
 def test_config_check_subprocess_has_no_traceback(tmp_path: Path) -> None:
     bad = _write(tmp_path, '[api]\nport = "x"\n')
-    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "config", "check", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", "config", "check", str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "api.port" in proc.stderr and "Traceback" not in proc.stderr

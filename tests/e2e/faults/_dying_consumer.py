@@ -9,7 +9,7 @@ import json
 import sys
 import time
 
-from workers.client import PropelClient
+from propel_sdk.client import PropelClient
 
 
 def main() -> None:

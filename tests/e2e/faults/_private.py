@@ -81,7 +81,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     pg = PrivatePostgres(datadir, free_port(), log)
     try:
         pg.start()
-        from daemon.cli_db import upgrade
+        from migrations import upgrade
 
         upgrade(pg.url)
         yield pg

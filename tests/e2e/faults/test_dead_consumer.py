@@ -1,5 +1,5 @@
 """A consumer that leases a task and is killed (SIGKILL) before acking, over the real HTTP API
-(uvicorn + :class:`workers.client.PropelClient`), on SQLite and PostgreSQL:
+(uvicorn + :class:`propel_sdk.client.PropelClient`), on SQLite and PostgreSQL:
 
 * while its lease is live, nobody else gets the task;
 * once the lease expires, the task is delivered again with ``attempts`` counted up;
@@ -23,9 +23,9 @@ from sqlalchemy import select
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import QueueItem
-from daemon.api import ApiContext, create_app
+from daemon.http.api import ApiContext, create_app
+from propel_sdk.client import PropelClient, PropelClientError
 from tests.integration.servers import serve_app
-from workers.client import PropelClient, PropelClientError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOKEN = "fault-test-token"

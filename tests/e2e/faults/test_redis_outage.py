@@ -1,6 +1,6 @@
 """Redis (the Celery broker) stopped for ~12 s while spot-checks are being dispatched.
 
-While it is down, :class:`daemon.spot.CelerySpotChecker` raises :class:`daemon.spot.DispatchError`
+While it is down, :class:`daemon.service.spot.CelerySpotChecker` raises :class:`daemon.loop.ports.DispatchError`
 quickly (the driver defers and retries next cycle — see
 ``tests/integration/test_driver.py::test_broker_down_defers_spotchecks_and_rl_goes_on``). The worker
 that was running through the outage reconnects by itself; once Redis is back the same dispatch
@@ -18,7 +18,8 @@ import pytest
 
 from curriculum.solvers import build_solver
 from curriculum.store.db import Store
-from daemon.spot import CelerySpotChecker, DispatchError
+from daemon.loop.ports import DispatchError
+from daemon.service.spot import CelerySpotChecker
 from tests.e2e.faults._private import private_redis
 from tests.integration.test_celery_spotcheck import N_TASKS, K, _config, _count, _tasks, _wait_for
 from workers.local import start_worker, stop
@@ -28,8 +29,8 @@ OUTAGE_S = 12.0
 
 
 def _configure(cfg: Path) -> str:
-    from daemon.cli_worker import worker_settings
     from daemon.config import load_config
+    from daemon.service.settings import worker_settings
     from workers import runtime
     from workers.app import configure_app
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from daemon.alerts import DEFAULT_RULES
-from daemon.metrics import GAUGES, build_metrics, export_queue_depths, observe_phase
+from daemon.ops.alerts.rules import DEFAULT_RULES
+from daemon.ops.metrics import GAUGES, build_metrics, export_queue_depths, observe_phase
 from tests.conftest import require_service
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"

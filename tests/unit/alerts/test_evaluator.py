@@ -6,16 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from daemon.alerts import (
-    DEFAULT_RULES,
-    AlertEvent,
-    AlertRule,
-    Comparator,
-    MitigationKind,
-    MitigationSpec,
-    OpenAlert,
-    evaluate,
-)
+from daemon.ops.alerts.evaluation import AlertEvent, OpenAlert, evaluate
+from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule, Comparator, MitigationKind, MitigationSpec
 
 HIGH = AlertRule(name="high", metric="top_topic_share", comparator=Comparator.GT, threshold=0.5, for_cycles=3)
 LOW = AlertRule(name="low", metric="distinct3", comparator=Comparator.LE, threshold=0.4, for_cycles=1,

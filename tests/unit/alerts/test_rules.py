@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from daemon.alerts import (
+from daemon.ops.alerts.rules import (
     DEFAULT_RULES,
     AlertRule,
     AlertRules,

@@ -9,8 +9,10 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from daemon.alerts import DEFAULT_RULES, AlertEvent, LogSink, PrometheusSink, WebhookSink, evaluate
-from daemon.metrics import METRIC_TABLE_NAMES, build_metrics, export_cycle, export_queue_depths, render, time_phase
+from daemon.ops.alerts.evaluation import AlertEvent, evaluate
+from daemon.ops.alerts.rules import DEFAULT_RULES
+from daemon.ops.alerts.sinks import LogSink, PrometheusSink, WebhookSink
+from daemon.ops.metrics import METRIC_TABLE_NAMES, build_metrics, export_cycle, export_queue_depths, render, time_phase
 from tests.integration.servers import free_port, scripted_server
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.phases import PHASES, Candidate, dominant_topic, emission_plan, next_phase, should_retrain
+from daemon.loop.phases import PHASES, Candidate, dominant_topic, emission_plan, next_phase, should_retrain
 
 
 @pytest.mark.parametrize(("phase", "nxt", "done"), [

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
-from daemon.cli_bootstrap import bootstrap as bootstrap_command
+from daemon.cli.bootstrap import bootstrap as bootstrap_command
 
 TINY = BootstrapSettings(steps=3, hidden_size=64, num_layers=2, eval_samples=8, max_new_tokens=16)
 

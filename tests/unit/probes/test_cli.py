@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daemon.cli_probes import probes
+from probes.cli import probes
 from tests.unit.probes.conftest import synthetic_texts
 
 REPO = Path(__file__).resolve().parents[3]
@@ -92,7 +92,7 @@ def test_missing_file_and_bad_artifact_exit_2(tmp_path: Path) -> None:
 
 
 def test_subprocess_entry_point(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-c", "from daemon.cli_probes import probes; probes()"]
+    cmd = [sys.executable, "-c", "from probes.cli import probes; probes()"]
     ok = subprocess.run([*cmd, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "sweep" in ok.stdout and "score" in ok.stdout
     bad = subprocess.run([*cmd, "show", str(tmp_path / "nope")], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -14,12 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
-from daemon.cli_common import get_config
+from daemon.cli.common import console, get_config
 from daemon.config import ConfigError, load_config, mask_url
-
-console = Console()
 
 
 class PropelGroup(click.Group):
@@ -98,12 +95,13 @@ def config_show(ctx: click.Context) -> None:
 
 
 def _register_commands() -> None:
-    from daemon.cli_alerts import alerts
-    from daemon.cli_bootstrap import bootstrap
-    from daemon.cli_db import db_group, status_command
-    from daemon.cli_probes import probes
-    from daemon.cli_run import check_command, run_command, serve_command, tasks_group
-    from daemon.cli_worker import worker
+    from daemon.cli.alerts import alerts
+    from daemon.cli.bootstrap import bootstrap
+    from daemon.cli.db import db_group, status_command
+    from daemon.cli.run import check_command, run_command, serve_command
+    from daemon.cli.tasks import tasks_group
+    from daemon.cli.worker import worker
+    from probes.cli import probes
 
     cli.add_command(db_group)
     cli.add_command(status_command)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
 
 from daemon.config import PropelConfig, load_config
+
+console = Console()
 
 
 def get_config(ctx: click.Context) -> PropelConfig:

@@ -1,7 +1,7 @@
 """What the driver needs from the model side (generator, reference, probes) and the solver side.
 
-The real implementations live in :mod:`daemon.engine` (TRL/PEFT generator, frozen reference,
-probe ensemble), :mod:`daemon.spot` (in-process or Celery spot-checks) and :mod:`daemon.retrainer`
+The real implementations live in :mod:`daemon.service.engine` (TRL/PEFT generator, frozen reference,
+probe ensemble), :mod:`daemon.service.spot` (in-process or Celery spot-checks) and :mod:`daemon.service.retrainer`
 (in-process or Celery aux-probe retrains). Keeping the contract
 here lets the phase logic be read — and tested — without loading a model.
 """
@@ -14,6 +14,10 @@ from typing import Any, Protocol
 
 from curriculum.domains.base import Domain
 from curriculum.retrain import RetrainSpec
+
+
+class DispatchError(Exception):
+    """The broker could not take a dispatch (spot-checks or a retrain); the driver retries it next cycle."""
 
 
 @dataclass(frozen=True)

@@ -133,9 +133,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     _queue_routes(app)
     _status_routes(app)
     try:
-        from daemon.dashboard import router as dashboard_router
+        from daemon.http.dashboard import router as dashboard_router
     except ModuleNotFoundError as err:  # the dashboard is optional at import time only in partial checkouts
-        if err.name != "daemon.dashboard":
+        if err.name != "daemon.http.dashboard":
             raise
     else:
         app.include_router(dashboard_router)

@@ -2,7 +2,7 @@
 
 Both run :func:`curriculum.retrain.carry_out`; the outcome lands on the job's store row and
 the driver activates a finished probe on its next retrain phase. A dispatch that cannot reach the
-broker raises :class:`daemon.spot.DispatchError` and the driver retries it next cycle (the Celery
+broker raises :class:`daemon.loop.ports.DispatchError` and the driver retries it next cycle (the Celery
 task id is the job name and the job is idempotent, so a second delivery changes nothing).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from curriculum.domains.base import Domain
 from curriculum.retrain import RetrainSpec, carry_out
 from curriculum.store.db import Store
-from daemon.spot import DispatchError
+from daemon.loop.ports import DispatchError
 from probes import FeatureExtractor
 
 

@@ -20,13 +20,12 @@ from curriculum.domains.base import Domain, get_domain
 from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
-from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band, LabelValue, label_tasks
+from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import PropelConfig
-from daemon.engine_api import ReferenceInfo, Scored
+from daemon.loop.ports import ReferenceInfo, Scored
+from daemon.service.settings import band, build_configured_solver, sampling
 from probes import (
     FeatureExtractor,
     FeatureSpec,
@@ -69,7 +68,7 @@ def rl_config(cfg: PropelConfig, generator: str, reference: str, use_cpu: bool) 
 
 
 class PropelEngine:
-    """Implements :class:`daemon.engine_api.Engine` with real models."""
+    """Implements :class:`daemon.loop.ports.Engine` with real models."""
 
     def __init__(self, cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> None:
         import torch
@@ -84,7 +83,7 @@ class PropelEngine:
         self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
-        self.band = Band(cfg.spotcheck.k, cfg.spotcheck.band_lo, cfg.spotcheck.band_hi, cfg.spotcheck.min_valid_trials)
+        self.band = band(cfg)
         say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
             f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
         self.calibration_texts = self._calibration_texts()
@@ -141,15 +140,12 @@ class PropelEngine:
 
     def _offline_labels(self, n: int) -> tuple[list[str], list[LabelValue]]:
         """Sample ``n`` base-policy tasks and label them with ``k`` solver attempts each (offline trials)."""
-        solver = build_solver(self.cfg.solver.backend, model=self.cfg.solver.model, base_url=self.cfg.solver.base_url,
-                              timeout_s=self.cfg.solver.timeout_s, max_concurrency=self.cfg.solver.max_concurrency,
-                              seed=self.cfg.seed)
+        solver = build_configured_solver(self.cfg)
         checks = [v for v in self.domain.validate_batch(self.trainer.sample(n, seed=self.cfg.seed + 1)) if v.valid]
         tasks = list({v.task.content_hash: v.task for v in checks}.values())
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
-        sampling = Sampling(temperature=self.cfg.solver.temperature, max_tokens=self.cfg.solver.max_tokens)
-        labels = label_tasks(self.domain, solver, tasks, self.band, sampling)
+        labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg))
         keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
         pos = sum(1 for i in keep if labels[i].in_band)
         if pos == 0 or pos == len(keep):

@@ -24,8 +24,8 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
 from daemon.config import PropelConfig
-from daemon.driver import CycleReport, Driver
-from daemon.lease import LeaderLease, make_lease
+from daemon.loop.driver import CycleReport, Driver
+from daemon.service.lease import LeaderLease, make_lease
 
 log = logging.getLogger("propel.service")
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 3
@@ -180,7 +180,7 @@ def open_run(cfg: PropelConfig) -> tuple[Store, int]:
     import hashlib
     import json
 
-    from daemon.cli_db import upgrade
+    from migrations import upgrade
 
     upgrade(cfg.database_url)
     store = Store(cfg.database_url, pool_size=cfg.store.pool_size)

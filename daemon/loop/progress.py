@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from rich.console import Console
 
-from daemon.driver import CycleReport
+from daemon.loop.driver import CycleReport
 
 SUMMARY = (("rl_reward_mean", "RL reward", "{:+.2f}"), ("validity", "valid", "{:.0%}"),
            ("predicted_utility", "pred. util", "{:.0%}"), ("spotcheck_utility", "spot util", "{:.0%}"),

@@ -14,10 +14,10 @@ import click
 from rich.console import Console
 
 from curriculum.store.db import Store
-from daemon.alerts import RuleFileError, load_rules
-from daemon.cli_common import get_config
+from daemon.cli.common import get_config
 from daemon.config import PropelConfig
-from daemon.replay import UnknownRunError, render_png, render_table, replay, replay_json
+from daemon.ops.alerts.rules import RuleFileError, load_rules
+from daemon.ops.replay import UnknownRunError, render_png, render_table, replay, replay_json
 
 
 def _config(ctx: click.Context) -> PropelConfig:

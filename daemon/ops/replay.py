@@ -1,7 +1,7 @@
 """Replay candidate alert rules on a run's stored metric history, next to the alerts that did fire.
 
 ``propel alerts replay --rules FILE`` runs the same pure evaluator as the daemon
-(:func:`daemon.alerts.evaluate`) over every stored cycle, starting with no open alert, so for the
+(:func:`daemon.ops.alerts.evaluation.evaluate`) over every stored cycle, starting with no open alert, so for the
 rules the daemon ran it reproduces the ``alerts`` table exactly; for new thresholds it shows what
 would have fired and when. Output: a ``rich`` table and an optional PNG timeline (metric lines,
 thresholds, shaded firing intervals).
@@ -20,7 +20,8 @@ from sqlalchemy import select
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import AlertRow, Run
-from daemon.alerts import AlertEvent, AlertRule, evaluate
+from daemon.ops.alerts.evaluation import AlertEvent, evaluate
+from daemon.ops.alerts.rules import AlertRule
 
 
 class UnknownRunError(LookupError):

@@ -31,10 +31,9 @@ from curriculum.spotcheck import (
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
-from daemon.engine_api import Engine, Retrainer, SpotChecker
-from daemon.phases import Candidate, emission_plan, next_phase, should_retrain
-from daemon.schema import FrontierTask, Provenance, SpotCheck
-from daemon.spot import DispatchError
+from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
+from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
+from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
 

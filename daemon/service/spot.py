@@ -1,7 +1,7 @@
 """Spot-check dispatchers: in-process (embedded mode) or Celery (distributed mode).
 
 Both run the same plain function, :func:`curriculum.spotcheck.run_spotcheck`; a dispatch that
-cannot reach the broker raises :class:`DispatchError` and the driver retries it next cycle (the
+cannot reach the broker raises :class:`~daemon.loop.ports.DispatchError` and the driver retries it next cycle (the
 Celery task ids are deterministic and the trials idempotent, so a retry never duplicates rows).
 """
 
@@ -14,12 +14,9 @@ from curriculum.domains.base import Domain
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.spotcheck import run_spotcheck
 from curriculum.store.db import Store
+from daemon.loop.ports import DispatchError
 
 log = logging.getLogger("propel.spot")
-
-
-class DispatchError(Exception):
-    """The broker could not take the spot-check messages (they will be retried)."""
 
 
 class InProcessSpotChecker:

@@ -3,74 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from threading import Event
 from typing import TYPE_CHECKING, Any
 
-from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band
 from curriculum.store import repo
 from curriculum.store.db import Store
-from daemon.alerts import AlertManager, MitigationKind, build_sinks
 from daemon.config import PropelConfig, mask_url
-from daemon.driver import Driver, DriverHooks, DriverSettings
-from daemon.engine_api import Engine, Retrainer, SpotChecker
-from daemon.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
-from daemon.progress import Progress
-from daemon.service import RunOptions, open_run, serve
+from daemon.loop.driver import Driver, DriverHooks
+from daemon.loop.ports import Engine, Retrainer, SpotChecker
+from daemon.loop.progress import Progress
+from daemon.ops.alerts.manager import AlertManager
+from daemon.ops.alerts.rules import MitigationKind
+from daemon.ops.alerts.sinks import build_sinks
+from daemon.ops.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
+from daemon.service.lifecycle import RunOptions, open_run, serve
+from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
 
 if TYPE_CHECKING:
-    from daemon.engine import PropelEngine
-
-
-def driver_settings(cfg: PropelConfig) -> DriverSettings:
-    sc = cfg.spotcheck
-    return DriverSettings(
-        run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
-        sample_size=cfg.daemon.sample_size, band=Band(sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials),
-        budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
-        frontier_threshold=cfg.probes.frontier_threshold,
-        retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
-        min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
-        high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
-        diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
-        probe_arch=cfg.probes.architecture,
-        probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
-        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
-
-
-def solver_kwargs(cfg: PropelConfig) -> dict[str, object]:
-    kw: dict[str, object] = {"backend": cfg.solver.backend, "model": cfg.solver.model,
-                             "base_url": cfg.solver.base_url, "timeout_s": cfg.solver.timeout_s,
-                             "max_concurrency": cfg.solver.max_concurrency, "max_retries": cfg.solver.max_retries,
-                             "artificial_latency_s": cfg.solver.artificial_latency_s, "seed": cfg.seed}
-    if cfg.solver.backend == "openai":
-        kw["options"] = {"endpoint": cfg.solver.endpoint}
-    return kw
+    from daemon.service.engine import PropelEngine
 
 
 def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
     """In-process spot-checks without a broker; Celery with one."""
-    from daemon.spot import CelerySpotChecker, InProcessSpotChecker
+    from daemon.service.spot import CelerySpotChecker, InProcessSpotChecker
 
-    sampling = Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
     if cfg.broker.embedded:
-        return InProcessSpotChecker(store, engine.domain, build_solver(**solver_kwargs(cfg)), sampling)  # type: ignore[arg-type]
-    from daemon.cli_worker import worker_settings
+        return InProcessSpotChecker(store, engine.domain, build_configured_solver(cfg), sampling(cfg))
     from workers import runtime
     from workers.app import configure_app
 
     settings = worker_settings(cfg)
     runtime.configure(settings)
     configure_app(settings)
-    solver_id = build_solver(**solver_kwargs(cfg)).solver_id  # type: ignore[arg-type]
+    solver_id = build_configured_solver(cfg).solver_id
     return CelerySpotChecker(solver_id, cfg.run_name, cfg.broker.spotcheck_batch_size)
 
 
 def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Retrainer:
     """In-process on the leader's reference without a broker; the run's ``retrain`` queue with one."""
-    from daemon.retrainer import CeleryRetrainer, InProcessRetrainer
+    from daemon.service.retrainer import CeleryRetrainer, InProcessRetrainer
 
     if cfg.broker.embedded:
         return InProcessRetrainer(store, engine.domain, engine.scorer.extractor)
@@ -79,7 +50,7 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
 
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
         progress: Progress) -> int:
-    from daemon.engine import build_engine
+    from daemon.service.engine import build_engine
 
     store, run_id = open_run(cfg)
     metrics = build_metrics()
@@ -98,8 +69,8 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:
         def start_api() -> Callable[[], None]:
-            from daemon.api import ApiContext, create_app
-            from daemon.cli_run import start_api_thread
+            from daemon.http.api import ApiContext, create_app
+            from daemon.http.server import start_api_thread
 
             sc = cfg.spotcheck
             ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,

@@ -2,54 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import click
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from rich.table import Table
 
 from curriculum.store import repo
 from curriculum.store.db import Store
-from daemon.cli_common import get_config
+from daemon.cli.common import console, get_config
 from daemon.config import PropelConfig, mask_url
-from migrations import alembic_config
+from migrations import current_revision, downgrade, head_revision, upgrade
 
 
 def _config(ctx: click.Context) -> PropelConfig:
     return get_config(ctx)
-
-
-def current_revision(store: Store) -> str | None:
-    with store.engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
-
-
-def head_revision(url: str) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
-
-
-def _migrate(url: str, step: Callable[[Config, str], None], revision: str) -> None:
-    store = Store(url)
-    try:
-        cfg = alembic_config(url)
-        with store.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
-    finally:
-        store.dispose()
-
-
-def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the store at ``url`` to ``revision`` (creates the SQLite file if needed)."""
-    _migrate(url, command.upgrade, revision)
-
-
-def downgrade(url: str, revision: str) -> None:
-    """Revert the store at ``url`` to ``revision`` (``base`` drops every table)."""
-    _migrate(url, command.downgrade, revision)
 
 
 @click.group("db")
@@ -94,8 +58,6 @@ def db_current(ctx: click.Context) -> None:
 @click.pass_context
 def status_command(ctx: click.Context) -> None:
     """Show what the store holds: schema revision, row counts, queue, daemon state."""
-    from daemon.cli import console
-
     cfg = _config(ctx)
     store = Store(cfg.database_url)
     try:

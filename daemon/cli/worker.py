@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from daemon.config import PropelConfig
-from workers.runtime import WorkerSettings
+from daemon.service.settings import worker_settings
 
 JOB_KINDS = ("spotcheck", "retrain")
-
-
-def worker_settings(cfg: PropelConfig) -> WorkerSettings:
-    """Plain worker settings from the validated config (workers never import the daemon)."""
-    if cfg.broker.url is None:
-        raise click.UsageError("broker.url (or PROPEL_BROKER_URL) is not set: workers need a broker; "
-                               "without one, `propel run` does spot-checks in-process")
-    solver: dict[str, Any] = {"backend": cfg.solver.backend, "model": cfg.solver.model, "base_url": cfg.solver.base_url,
-              "timeout_s": cfg.solver.timeout_s, "max_concurrency": cfg.solver.max_concurrency,
-              "max_retries": cfg.solver.max_retries, "artificial_latency_s": cfg.solver.artificial_latency_s,
-              "seed": cfg.seed}
-    if cfg.solver.backend == "openai":
-        solver["options"] = {"endpoint": cfg.solver.endpoint}
-    return WorkerSettings(
-        database_url=cfg.database_url, broker_url=cfg.broker.url, run_name=cfg.run_name, domain=cfg.domain.name,
-        domain_options=dict(cfg.domain.options), solver=solver,
-        sampling={"temperature": cfg.solver.temperature, "max_tokens": cfg.solver.max_tokens},
-        visibility_timeout_s=cfg.broker.visibility_timeout_s, task_time_limit_s=cfg.broker.task_time_limit_s,
-    )
 
 
 @click.command("worker")
@@ -50,7 +28,7 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
     shares (probe artifacts are written there). A worker killed mid-task leaves its message to be
     redelivered; the re-run only writes what is missing.
     """
-    from daemon.cli_common import get_config
+    from daemon.cli.common import get_config
     from workers import runtime
     from workers.app import configure_app, queue_name
 

@@ -6,7 +6,7 @@ The page refreshes itself every 30 s.
 
 The router reads ``request.app.state.store`` (a :class:`~curriculum.store.db.Store`),
 ``request.app.state.run_name`` and, optionally, ``request.app.state.alert_rules`` (the configured
-rules, drawn as thresholds; default :data:`~daemon.alerts.DEFAULT_RULES`). Handlers are plain
+rules, drawn as thresholds; default :data:`~daemon.ops.alerts.rules.DEFAULT_RULES`). Handlers are plain
 ``def`` so FastAPI runs the database reads and plotting in its thread pool, off the event loop;
 figures use matplotlib's object API (no pyplot global state), which is safe across threads.
 """
@@ -33,10 +33,10 @@ from sqlalchemy import func, select
 
 from curriculum.store.db import Store
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
-from daemon.alerts import DEFAULT_RULES, AlertRule
 from daemon.config import mask_url
-from daemon.metrics import QUEUE_STATES
-from daemon.replay import AlertInterval, UnknownRunError, find_run, load_history, plot_metric, stored_intervals
+from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule
+from daemon.ops.metrics import QUEUE_STATES
+from daemon.ops.replay import AlertInterval, UnknownRunError, find_run, load_history, plot_metric, stored_intervals
 
 router = APIRouter(tags=["dashboard"])
 

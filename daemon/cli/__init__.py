@@ -1,0 +1,1 @@
+"""The `propel` command line: one module per command family."""

@@ -1,0 +1,1 @@
+"""The HTTP surface: queue API, status, metrics and the dashboard."""

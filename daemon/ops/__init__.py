@@ -1,0 +1,1 @@
+"""Operations: alert rules, evaluation and sinks; Prometheus metrics; alert replay."""

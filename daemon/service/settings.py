@@ -1,0 +1,75 @@
+"""Config → the plain settings objects the rest of the service takes (one translation per concept).
+
+The solver is described once, by :func:`solver_kwargs`: the in-process spot-checker, the Celery
+workers and the first probe's offline labelling all build their solver from it, so a field such as
+``solver.endpoint`` or ``solver.max_retries`` reaches every one of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.spotcheck import Band
+from daemon.config import ConfigError, PropelConfig
+from daemon.loop.driver import DriverSettings
+from workers.runtime import WorkerSettings
+
+
+def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
+    """Keyword arguments of :func:`curriculum.solvers.build_solver` for the configured solver."""
+    s = cfg.solver
+    kw: dict[str, Any] = {"backend": s.backend, "model": s.model, "base_url": s.base_url, "timeout_s": s.timeout_s,
+                          "max_concurrency": s.max_concurrency, "max_retries": s.max_retries,
+                          "artificial_latency_s": s.artificial_latency_s, "seed": cfg.seed}
+    if s.backend == "openai":
+        kw["options"] = {"endpoint": s.endpoint}
+    return kw
+
+
+def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
+    """The configured solver backend (see :func:`solver_kwargs`)."""
+    return build_solver(**solver_kwargs(cfg))
+
+
+def sampling(cfg: PropelConfig) -> Sampling:
+    """The solver's sampling settings for spot-checks."""
+    return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
+
+
+def band(cfg: PropelConfig) -> Band:
+    """The utility band of the run (k attempts, in band when lo ≤ solved ≤ hi over enough valid trials)."""
+    sc = cfg.spotcheck
+    return Band(sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials)
+
+
+def worker_settings(cfg: PropelConfig) -> WorkerSettings:
+    """Plain worker settings from the validated config (workers never import the daemon)."""
+    if cfg.broker.url is None:
+        raise ConfigError("broker", [("broker.url", "not set (or PROPEL_BROKER_URL): workers need a broker; "
+                                                    "without one, `propel run` does spot-checks in-process")])
+    return WorkerSettings(
+        database_url=cfg.database_url, broker_url=cfg.broker.url, run_name=cfg.run_name, domain=cfg.domain.name,
+        domain_options=dict(cfg.domain.options), solver=solver_kwargs(cfg),
+        sampling={"temperature": cfg.solver.temperature, "max_tokens": cfg.solver.max_tokens},
+        visibility_timeout_s=cfg.broker.visibility_timeout_s, task_time_limit_s=cfg.broker.task_time_limit_s,
+    )
+
+
+def driver_settings(cfg: PropelConfig) -> DriverSettings:
+    """The driver's settings: budgets, band, thresholds, where workers write probe artifacts."""
+    sc = cfg.spotcheck
+    return DriverSettings(
+        run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
+        sample_size=cfg.daemon.sample_size, band=band(cfg),
+        budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
+        frontier_threshold=cfg.probes.frontier_threshold,
+        retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
+        min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
+        high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
+        diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
+        probe_arch=cfg.probes.architecture,
+        probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
+        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))

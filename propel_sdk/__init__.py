@@ -1,0 +1,1 @@
+"""propel_sdk: what a solver trainer needs to consume frontier tasks (importable without torch)."""
