@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,10 +38,23 @@ def scratch_postgres() -> Iterator[str]:
         admin.dispose()
 
 
+def git_commit() -> str:
+    """The commit the numbers come from (``+dirty`` when the work tree has uncommitted changes)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
-    """Write ``benchmarks/results/NAME.json`` with machine info and a timestamp."""
+    """Write ``benchmarks/results/NAME.json`` with the commit, machine info and a timestamp."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {"benchmark": name, "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    data = {"benchmark": name, "commit": git_commit(), "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "platform": platform.platform()}, **data}
     path = RESULTS / f"{name}.json"
