@@ -3,7 +3,8 @@
     client = PropelClient("http://propel:8787", token=os.environ["PROPEL_API_TOKEN"])
     for task in client.iterate(batch=32, lease_s=600, consumer="trainer-0"):
         solved = train_on(task.message)          # your code
-        client.ack(task, solved=solved, n=8, solver="my-policy@step-1200")
+        client.ack(task, solved=solved, n=8, errors=0, solver="my-policy", version=1200)
+    client.announce("my-policy", 1300)          # a new checkpoint: spot-checks and drift follow it
 
 Delivery is at-least-once: a task whose lease expires (trainer crashed) is delivered again, so make
 training on a task idempotent or tolerate repeats; ``ack`` is idempotent. ``iterate`` renews the
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -36,6 +38,22 @@ class LeasedTask:
     lease_until: str
     attempts: int
     message: dict[str, Any]
+
+
+def ack_body(*, solved: int, n: int, solver: str, lease_token: str | None = None, errors: int = 0,
+             version: str | int | None = None, version_order: int | None = None,
+             sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of one outcome (the single-task ack and a batched ack send the same fields)."""
+    body: dict[str, Any] = {"solved": solved, "n": n, "solver": solver, "lease_token": lease_token}
+    if errors:
+        body["errors"] = errors
+    if version is not None:
+        body["version"] = str(version)
+    if version_order is not None:
+        body["version_order"] = version_order
+    if sampling is not None:
+        body["sampling"] = sampling
+    return body
 
 
 class PropelClient:
@@ -74,12 +92,33 @@ class PropelClient:
                 self._outstanding[t.id] = (t.lease_token, lease_s)
         return tasks
 
-    def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None) -> str:
+    def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None,
+            errors: int = 0, version: str | int | None = None, version_order: int | None = None,
+            sampling: dict[str, Any] | None = None) -> str:
+        """Report ``solved`` of ``n`` attempts by ``solver`` at ``version``; ``errors`` attempts that failed
+        for infrastructure reasons are excluded from the count. Idempotent: ``acked`` / ``already_acked``."""
         task_id, token = self._id_token(task, lease_token)
-        status = str(self._post(f"/v1/tasks/{task_id}/ack", {"solved": solved, "n": n, "solver": solver,
-                                                              "lease_token": token})["status"])
+        status = str(self._post(f"/v1/tasks/{task_id}/ack", ack_body(
+            solved=solved, n=n, solver=solver, lease_token=token, errors=errors, version=version,
+            version_order=version_order, sampling=sampling))["status"])
         self._forget(task_id)
         return status
+
+    def announce(self, solver: str, version: str | int, order: int | None = None) -> dict[str, Any]:
+        """Announce ``version`` of ``solver`` (idempotent). The highest-ordered version is current:
+        spot-checks are recorded against it and a sample of labelled tasks is re-measured on it."""
+        body: dict[str, Any] = {"version": str(version)}
+        if order is not None:
+            body["order"] = order
+        return self._post(f"/v1/solvers/{quote(solver, safe='/')}/versions", body)
+
+    def solver_versions(self, solver: str) -> dict[str, Any]:
+        """The known versions of ``solver`` with their order and age (0 = current)."""
+        resp = self._http.get(f"/v1/solvers/{quote(solver, safe='/')}/versions")
+        if resp.status_code >= 400:
+            raise PropelClientError(resp.status_code, resp.text[:300])
+        data: dict[str, Any] = resp.json()
+        return data
 
     def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
         task_id, token = self._id_token(task, lease_token)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -38,6 +39,7 @@ NAMING_CONVENTION = {
 }
 
 TRIAL_OUTCOMES = ("pass", "fail", "null")
+LABEL_SOURCES = ("spotcheck", "consumer")
 QUEUE_STATES = ("ready", "leased", "acked", "dead")
 PROBE_ROLES = ("primary", "aux")
 FP_SIDES = ("too_easy", "too_hard")
@@ -149,12 +151,15 @@ class SolverTrial(Base):
     __tablename__ = "solver_trials"
     __table_args__ = (
         UniqueConstraint("task_id", "solver_id", "attempt"),
-        Index("ix_solver_trials_solver_created", "solver_id", "created_at"),  # hourly budget window
+        Index("ix_solver_trials_solver_created", "solver_id", "created_at"),
+        Index("ix_solver_trials_name_created", "solver_name", "created_at"),  # hourly budget window
         CheckConstraint("outcome IN ('pass', 'fail', 'null')", name="outcome"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    solver_id: Mapped[str] = mapped_column(String(256))
+    solver_id: Mapped[str] = mapped_column(String(256))  # qualified: name@version (name when unversioned)
+    solver_name: Mapped[str] = mapped_column(String(256))
+    solver_version: Mapped[str] = mapped_column(String(128))
     attempt: Mapped[int] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(String(8))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -164,21 +169,45 @@ class SolverTrial(Base):
 
 
 class Label(Base):
-    """Utility label of a task for a solver: solves over valid trials and whether it is in band."""
+    """Utility label of a task for a solver version: solves over valid trials and whether it is in band.
+
+    ``source`` is ``spotcheck`` (the daemon's own trials) or ``consumer`` (a trainer's acked outcome,
+    whose ``errors`` — infrastructure failures — are excluded from ``valid_trials`` and whose
+    ``sampling`` settings are kept when the trainer gave them).
+    """
 
     __tablename__ = "labels"
-    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),)
+    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),
+                      Index("ix_labels_name_version", "solver_name", "solver_version"))
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    solver_id: Mapped[str] = mapped_column(String(256))
+    solver_id: Mapped[str] = mapped_column(String(256))  # qualified: name@version (name when unversioned)
+    solver_name: Mapped[str] = mapped_column(String(256))
+    solver_version: Mapped[str] = mapped_column(String(128))
     source: Mapped[str] = mapped_column(String(16), default="spotcheck")
     k: Mapped[int] = mapped_column(Integer)
     solved: Mapped[int] = mapped_column(Integer)
     valid_trials: Mapped[int] = mapped_column(Integer)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     band_lo: Mapped[int] = mapped_column(Integer)
     band_hi: Mapped[int] = mapped_column(Integer)
     in_band: Mapped[bool | None] = mapped_column(Boolean)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SolverVersionRow(Base):
+    """A known version of a named solver and its order (see :mod:`curriculum.solver_versions`)."""
+
+    __tablename__ = "solver_versions"
+    __table_args__ = (UniqueConstraint("solver", "version"),
+                      Index("ix_solver_versions_solver_ordinal", "solver", "ordinal"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solver: Mapped[str] = mapped_column(String(256))
+    version: Mapped[str] = mapped_column(String(128))
+    ordinal: Mapped[int | None] = mapped_column(BigInteger)  # None: unordered legacy version
+    source: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class FalsePositive(Base):

@@ -99,6 +99,7 @@ def _register_commands() -> None:
     from daemon.cli.bootstrap import bootstrap
     from daemon.cli.db import db_group, status_command
     from daemon.cli.run import check_command, run_command, serve_command
+    from daemon.cli.solver import solver_group
     from daemon.cli.tasks import tasks_group
     from daemon.cli.worker import worker
     from probes.cli import probes
@@ -113,6 +114,7 @@ def _register_commands() -> None:
     cli.add_command(check_command)
     cli.add_command(serve_command)
     cli.add_command(tasks_group)
+    cli.add_command(solver_group)
 
 
 _register_commands()

@@ -65,7 +65,8 @@ def pull(ctx: click.Context, n: int, out: Path, lease_s: float, consumer: str, u
 @click.option("--url", default=None, help="API base URL (default: from api.host/api.port)")
 @click.pass_context
 def ack(ctx: click.Context, outcomes: Path, url: str | None) -> None:
-    """Ack outcomes from a JSONL file of {"id", "solved", "n", "solver", optional "lease_token"}."""
+    """Ack outcomes from a JSONL file of {"id", "solved", "n", "solver"} plus optional "errors",
+    "version", "version_order", "sampling", "lease_token"."""
     from propel_sdk.client import PropelClient, PropelClientError
 
     client = _client(_cfg(ctx), url)
@@ -78,7 +79,9 @@ def ack(ctx: click.Context, outcomes: Path, url: str | None) -> None:
             try:
                 row = json.loads(line)
                 client.ack(int(row["id"]), solved=int(row["solved"]), n=int(row["n"]), solver=str(row["solver"]),
-                           lease_token=row.get("lease_token"))
+                           lease_token=row.get("lease_token"), errors=int(row.get("errors", 0)),
+                           version=row.get("version"), version_order=row.get("version_order"),
+                           sampling=row.get("sampling"))
                 done += 1
             except (ValueError, KeyError, TypeError) as err:
                 raise click.UsageError(

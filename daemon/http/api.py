@@ -2,8 +2,9 @@
 
 Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_TOKEN`` when a token
 is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
-JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) —
-fresh labels for later probe retraining.
+JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) of
+the solver version that made them; they feed probe retraining, calibration and drift like
+spot-check labels (:mod:`curriculum.frontier_labels`). ``/v1/solvers/...`` announces versions.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.orm import Session
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
+from curriculum import frontier_labels, solver_versions
+from curriculum.spotcheck import Band
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
@@ -27,7 +31,7 @@ from curriculum.store.models import DaemonState, Run
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
 
-def _printable(value: str) -> str:
+def printable(value: str) -> str:
     """Reject NUL bytes and lone surrogates (PostgreSQL cannot store them): a 422, not a 500."""
     if "\x00" in value:
         raise ValueError("must not contain NUL bytes")
@@ -38,7 +42,7 @@ def _printable(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_printable)]
+Text = Annotated[str, AfterValidator(printable)]
 
 ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
 
@@ -54,6 +58,11 @@ class ApiContext:
     heartbeat_stale_s: float = 300.0
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    min_valid_trials: int = 6
+
+    def label_band(self) -> Band:
+        """The run's band rule for trainer outcomes (``min_valid_trials`` capped at ``k``)."""
+        return Band(self.k, self.band[0], self.band[1], min(self.min_valid_trials, self.k))
 
 
 class LeaseRequest(BaseModel):
@@ -63,18 +72,61 @@ class LeaseRequest(BaseModel):
     consumer: Text = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
 
 
-class AckRequest(BaseModel):
+class SamplingSettings(BaseModel):
+    """The trainer's sampling settings for its attempts (recorded with the label when given)."""
+
     model_config = ConfigDict(extra="forbid")
-    solved: int = Field(ge=0, description="attempts of the trainer's solver that solved the task")
+    temperature: float | None = Field(default=None, ge=0, le=100)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+SolverName = Annotated[Text, Field(min_length=1, max_length=256, pattern=r"^[^@/\s][^@\s]*$",
+                                   description="solver name (no '@', '/' first or whitespace)")]
+VersionText = Annotated[Text, Field(min_length=1, max_length=128, pattern=r"^[^@\s]+$",
+                                    description="version string (no '@' or whitespace)")]
+
+
+class AckRequest(BaseModel):
+    """A trainer's outcome for one task. The single definition of an outcome: the batched ack reuses it.
+
+    ``solver`` is a name with ``version`` given separately, or (older trainers) ``name@version``.
+    ``errors`` are attempts that failed for infrastructure reasons: excluded from the count.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    solved: int = Field(ge=0, le=10_000, description="attempts of the trainer's solver that solved the task")
     n: int = Field(ge=1, le=10_000, description="attempts made")
-    solver: Text = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
+    errors: int = Field(default=0, ge=0, le=10_000, description="attempts lost to infrastructure failures "
+                        "(timeouts, server errors): excluded from the count, never counted as failures")
+    solver: Text = Field(min_length=1, max_length=256,
+                         description="solver name (or name@version when version is not given)")
+    version: VersionText | None = Field(default=None, description="the solver version that made the attempts "
+                                        "(a checkpoint step such as 1200 or step-1200, or an announced string)")
+    version_order: int | None = Field(default=None, ge=0, le=2**53, description="order of a version string "
+                                      "with no step number (higher = newer); not needed once it was announced")
+    sampling: SamplingSettings | None = Field(default=None, description="the trainer's sampling settings")
     lease_token: Text | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
-    def _solved_le_n(self) -> AckRequest:
-        if self.solved > self.n:
-            raise ValueError("solved cannot exceed n")
+    def _counts(self) -> AckRequest:
+        if self.errors > self.n:
+            raise ValueError(f"errors ({self.errors}) cannot exceed n ({self.n})")
+        if self.solved + self.errors > self.n:
+            raise ValueError(f"solved + errors ({self.solved} + {self.errors}) cannot exceed n ({self.n})")
+        if self.version is not None and "@" in self.solver:
+            raise ValueError("solver must be a bare name (no '@') when version is given")
+        if self.version is None and self.version_order is not None:
+            raise ValueError("version_order needs version")
         return self
+
+    def solver_version(self) -> tuple[str, str]:
+        """(name, version) of the solver that made the attempts."""
+        if self.version is not None:
+            return self.solver, self.version
+        return solver_versions.split_solver_id(self.solver)
 
 
 class TokenRequest(BaseModel):
@@ -132,6 +184,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _status_routes(app)
+    from daemon.http.solvers import solver_routes
+
+    solver_routes(app, Auth)
     try:
         from daemon.http.dashboard import router as dashboard_router
     except ModuleNotFoundError as err:  # the dashboard is optional at import time only in partial checkouts
@@ -161,12 +216,16 @@ def _queue_routes(app: FastAPI) -> None:
 
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
     def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
-        """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``)."""
+        """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``).
+
+        The outcome becomes a ``consumer`` label of the solver version (registered on first sight).
+        """
         with ctx.store.session() as s:
-            status = queue.ack(s, task_id, solved=body.solved, n=body.n, solver=body.solver,
+            status = queue.ack(s, task_id, solved=body.solved, n=body.n,
+                               solver=solver_versions.qualified_id(*body.solver_version()),
                                lease_token=body.lease_token)
             if status == queue.AckStatus.ACKED:
-                _store_outcome(s, ctx, task_id, body)
+                store_outcome(s, ctx, task_id, body)
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
         return {"id": task_id, "status": status.value}
@@ -192,12 +251,18 @@ def _queue_routes(app: FastAPI) -> None:
         return {"id": task_id, "status": "renewed"}
 
 
-def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
-    lo, hi = ctx.band
-    rate = body.solved / body.n
-    in_band = lo / ctx.k <= rate <= hi / ctx.k
-    repo.upsert_label(s, task_id, body.solver, "consumer", k=body.n, solved=body.solved, valid_trials=body.n,
-                      band=ctx.band, in_band=in_band)
+def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
+    """Register the ack's solver version (a lower one stays a late outcome, never current) and store
+    the outcome as a ``consumer`` label; a version that cannot be ordered is a 422 (nothing is stored:
+    the caller's transaction rolls back)."""
+    name, version = body.solver_version()
+    try:
+        solver_versions.register(s, name, version, body.version_order, source="ack")
+    except solver_versions.VersionError as err:
+        raise HTTPException(422, f"version: {err}") from None
+    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
+    frontier_labels.record_trainer_outcome(s, task_id, name, version, solved=body.solved, n=body.n,
+                                           errors=body.errors, band=ctx.label_band(), sampling=sampling)
 
 
 def _status_routes(app: FastAPI) -> None:

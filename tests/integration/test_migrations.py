@@ -77,3 +77,51 @@ def test_0005_assigns_existing_probes_to_their_run(db: str, tmp_path: Path, requ
             downgrade(url, "base")
             upgrade(url)
     assert owners == {"a-primary-0": 1, "a-b-aux-c1": 2, "hand-made": None}
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
+    """Existing trials and labels get the name/version their solver id implies; downgrade keeps them."""
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0005")
+    store = Store(url)
+    ids = ("synthetic:arith(seed=0)", "policy@step-1200", "policy@v1.2.10")
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO tasks (id, domain, content_hash, text, payload, valid, created_at) "
+                              "VALUES (1, 'arith', 'h1', '1+1', '{}', true, CURRENT_TIMESTAMP)"))
+            for i, sid in enumerate(ids):
+                conn.execute(text("INSERT INTO solver_trials (task_id, solver_id, attempt, outcome, latency_s, "
+                                  "created_at) VALUES (1, :s, 0, 'pass', 0.1, CURRENT_TIMESTAMP)"), {"s": sid})
+                conn.execute(text("INSERT INTO labels (task_id, solver_id, source, k, solved, valid_trials, band_lo, "
+                                  "band_hi, in_band, updated_at) VALUES (1, :s, :src, 8, :n, 8, 1, 3, true, "
+                                  "CURRENT_TIMESTAMP)"), {"s": sid, "src": ("spotcheck", "consumer")[i % 2], "n": i})
+        upgrade(url)
+        with store.engine.connect() as conn:
+            trials = set(conn.execute(text("SELECT solver_id, solver_name, solver_version FROM solver_trials")).all())
+            labels = set(conn.execute(text("SELECT solver_id, solver_name, solver_version, errors, solved "
+                                           "FROM labels")).all())
+            versions = set(conn.execute(text("SELECT solver, version, ordinal, source FROM solver_versions")).all())
+        downgrade(url, "0005")
+        with store.engine.connect() as conn:
+            after_down = set(conn.execute(text("SELECT solver_id, solved FROM labels")).all())
+            trials_down = {r[0] for r in conn.execute(text("SELECT solver_id FROM solver_trials"))}
+        upgrade(url)
+        with store.engine.connect() as conn:
+            again = set(conn.execute(text("SELECT solver_id, solver_name, solver_version FROM solver_trials")).all())
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert trials == {("synthetic:arith(seed=0)", "synthetic:arith(seed=0)", ""),
+                      ("policy@step-1200", "policy", "step-1200"), ("policy@v1.2.10", "policy", "v1.2.10")}
+    by_id = sorted(trials, key=lambda t: ids.index(t[0]))
+    assert labels == {(sid, name, ver, 0, i) for i, (sid, name, ver) in enumerate(by_id)}
+    assert versions == {("synthetic:arith(seed=0)", "", -1, "migration"), ("policy", "step-1200", 1200, "migration"),
+                        ("policy", "v1.2.10", None, "migration")}
+    assert after_down == {(sid, i) for i, sid in enumerate(ids)} and trials_down == set(ids)
+    assert again == trials
