@@ -155,7 +155,11 @@ def ages(all_versions: Sequence[SolverVersion]) -> dict[str, int | None]:
 
     Age counts the *distinct orders* above a version, so a late-registered older checkpoint ages
     like its place in the order, not like its arrival. Unordered legacy versions have no age (None).
+    The unversioned ``""`` always has an age (older than every ordered version) — registered or not:
+    trials of a solver whose config names no version are written before any announce.
     """
-    orders = sorted({v.order for v in all_versions if v.order is not None}, reverse=True)
+    orders = sorted({v.order for v in all_versions if v.order is not None} | {UNVERSIONED_ORDER}, reverse=True)
     rank = {o: i for i, o in enumerate(orders)}
-    return {v.version: (rank[v.order] if v.order is not None else None) for v in all_versions}
+    out = {v.version: (rank[v.order] if v.order is not None else None) for v in all_versions}
+    out.setdefault(UNVERSIONED, rank[UNVERSIONED_ORDER])
+    return out

@@ -6,7 +6,8 @@ It reads the expression out of an arith solver prompt and answers correctly with
 offset in ±1..10 (an off-by-something integer). Draws are seeded by (solver seed, sampling seed,
 prompt, attempt index), so the same request gives the same answers and the whole pipeline is
 reproducible. Its ``solver_id`` always starts with ``synthetic:`` so its trials can never be
-mistaken for a real solver's.
+mistaken for a real solver's. :meth:`SyntheticArithSolver.set_skill` raises or lowers its skill in
+place (a new checkpoint of the same solver, announced as a new version).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class SyntheticArithSolver:
         self.offset = offset
         self.seed = seed
         self.solver_id = f"synthetic:arith-logistic(slope={slope:g},offset={offset:g},seed={seed})"
+
+    def set_skill(self, offset: float) -> None:
+        """Change the solver's skill (the complexity at which it succeeds half the time) in place —
+        a new checkpoint of the same solver: ``solver_id`` (its name) does not change."""
+        self.offset = offset
 
     def success_probability(self, expression: str) -> float:
         """P(correct) for ``expression`` (raises :class:`ArithError` if it does not parse)."""

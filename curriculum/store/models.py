@@ -210,6 +210,32 @@ class SolverVersionRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class DriftMeasurement(Base):
+    """Re-measurement of a stratified sample of labelled tasks on a new solver version.
+
+    ``sample`` maps task id → its stratum under the old version (``too_easy`` / ``in_band`` /
+    ``too_hard``); ``matrix`` counts old → new strata of the tasks measured so far; ``score`` is the
+    share of formerly in-band tasks that left the band (None until one was measured).
+    """
+
+    __tablename__ = "drift_measurements"
+    __table_args__ = (UniqueConstraint("run_id", "solver", "new_version"),
+                      CheckConstraint("state IN ('measuring', 'done')", name="state"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    solver: Mapped[str] = mapped_column(String(256))
+    old_version: Mapped[str] = mapped_column(String(128))
+    new_version: Mapped[str] = mapped_column(String(128))
+    cycle: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="measuring")
+    sample: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    matrix: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    measured: Mapped[int] = mapped_column(Integer, default=0)
+    score: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
 class FalsePositive(Base):
     """A valid task a probe scored as frontier whose real solve count fell outside the band."""
 

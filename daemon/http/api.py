@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.orm import Session
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
@@ -27,22 +27,10 @@ from curriculum.spotcheck import Band
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
+from daemon.http.fields import Text, VersionText
+from daemon.http.solvers import solver_routes
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
-
-
-def printable(value: str) -> str:
-    """Reject NUL bytes and lone surrogates (PostgreSQL cannot store them): a 422, not a 500."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL bytes")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid UTF-8 text") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(printable)]
 
 ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
 
@@ -81,12 +69,6 @@ class SamplingSettings(BaseModel):
     top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
     max_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-
-
-SolverName = Annotated[Text, Field(min_length=1, max_length=256, pattern=r"^[^@/\s][^@\s]*$",
-                                   description="solver name (no '@', '/' first or whitespace)")]
-VersionText = Annotated[Text, Field(min_length=1, max_length=128, pattern=r"^[^@\s]+$",
-                                    description="version string (no '@' or whitespace)")]
 
 
 class AckRequest(BaseModel):
@@ -184,8 +166,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _status_routes(app)
-    from daemon.http.solvers import solver_routes
-
     solver_routes(app, Auth)
     try:
         from daemon.http.dashboard import router as dashboard_router

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from curriculum import solver_versions
-from daemon.http.api import Ctx, VersionText, printable
+from curriculum.store.db import Store
+from daemon.http.fields import VersionText, printable
 
 NamePath = Annotated[str, PathParam(min_length=1, max_length=256, pattern=r"^[^@\s/][^@\s]*$",
                                     description="solver name (no '@' or whitespace; '/' allowed inside, "
@@ -45,12 +46,17 @@ def _printable_name(name: str) -> str:
         raise HTTPException(422, f"name: {err}") from None
 
 
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
 def solver_routes(app: FastAPI, auth: DependsParam) -> None:
     @app.post("/v1/solvers/{name:path}/versions", dependencies=[auth], tags=["solvers"])
-    def announce(name: NamePath, body: AnnounceRequest, ctx: Ctx) -> dict[str, Any]:
+    def announce(name: NamePath, body: AnnounceRequest, request: Request) -> dict[str, Any]:
         """Announce a version of solver ``name`` (idempotent; registers an unknown name)."""
         name = _printable_name(name)
-        with ctx.store.session() as s:
+        with _store(request).session() as s:
             try:
                 got = solver_versions.register(s, name, body.version, body.order, source="announce")
             except solver_versions.VersionError as err:
@@ -60,10 +66,10 @@ def solver_routes(app: FastAPI, auth: DependsParam) -> None:
                 **_version(got.version, ages), "current": _version(got.current, ages)}
 
     @app.get("/v1/solvers/{name:path}/versions", dependencies=[auth], tags=["solvers"])
-    def list_versions(name: NamePath, ctx: Ctx) -> dict[str, Any]:
+    def list_versions(name: NamePath, request: Request) -> dict[str, Any]:
         """Every known version of ``name``, oldest first, with its age (0 = current)."""
         name = _printable_name(name)
-        with ctx.store.session() as s:
+        with _store(request).session() as s:
             known = solver_versions.versions(s, name)
             top = solver_versions.current(s, name)
         if not known:

@@ -31,6 +31,7 @@ from curriculum.spotcheck import (
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
+from daemon.loop.frontier import FrontierSettings, FrontierTracker
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
@@ -59,6 +60,7 @@ class DriverSettings:
     probe_arch: str = "mlp"
     probe_dir: str = "probes"  # aux-probe artifacts (distributed: a path the workers share)
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
+    frontier: FrontierSettings = field(default_factory=FrontierSettings)  # solver versions, drift, refresh
 
 
 @dataclass
@@ -90,6 +92,11 @@ class Driver:
         self.spot, self.retrainer = spot, retrainer
         self.hooks = hooks or DriverHooks()
         self.should_stop = should_stop
+
+    @property
+    def frontier(self) -> FrontierTracker:
+        """Versions, drift and refresh of the spot-checker's solver (its ``solver_id`` is the solver's name)."""
+        return FrontierTracker(self.store, self.run_id, self.spot.solver_id, self.s.frontier, self.s.band, self.s.seed)
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> tuple[str, int, dict[str, Any]]:
@@ -176,33 +183,38 @@ class Driver:
     def _phase_spotcheck(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         values = self._harvest(cycle, counters)
         pending = set(counters.get("spotcheck_pending", []))
+        sid = self.frontier.serving_id()  # name@current version, read per dispatch
         with self.store.session() as s:
             primary = repo.primary_probe_id(s, self.run_id)
-            tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id,
-                                                      SolverTrial.solver_id == self.spot.solver_id)
+            tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
             rows = s.execute(
                 select(TaskRow.id, ProbeScore.probability)
                 .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
         budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
+        remeasure = self.frontier.plan_drift(cycle, counters, budget)  # a new version: re-measure labelled tasks
         scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in pending]
-        chosen = select_candidates(scored, budget, self.s.probe_high_share, self.s.frontier_threshold,
-                                   seed=self.s.seed * 7919 + cycle)
+        chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
+                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle) + remeasure
         counters["spotcheck_pending"] = sorted(pending | set(chosen))
+        counters["spotcheck_pending_sid"] = {**counters.get("spotcheck_pending_sid", {}),
+                                             **{str(t): sid for t in chosen}}
         with self.store.session() as s:  # record the dispatch before it happens: a crash re-harvests
             repo.save_state(s, self.run_id, phase="spotcheck", cycle=cycle, counters=counters)
         retry = [t for t in counters.get("spotcheck_undispatched", []) if t in pending]
         to_send = sorted(set(chosen) | set(retry))
         if to_send:
             try:
-                self.spot.dispatch(to_send, self.s.band.k)
+                self._dispatch(to_send, sid)
                 counters["spotcheck_undispatched"] = []
             except DispatchError as err:  # broker down: RL goes on, dispatch is retried next cycle
                 log.warning("%s", err)
                 counters["spotcheck_undispatched"] = to_send
         values.update(self._harvest(cycle, counters))  # in-process checks are done already
+        values.update(self.frontier.observe_drift(cycle))
         values["spotcheck_dispatched"] = float(len(chosen))
+        values["drift_remeasured"] = float(len(remeasure))
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
         values["solver_trials"] = float(trials_since(self.store, self.spot.solver_id, 3600, distinct_tasks=False))
         self._record(cycle, values)
@@ -211,12 +223,24 @@ class Driver:
         self._advance("spotcheck", cycle, counters)
         return values
 
+    def _dispatch(self, task_ids: list[int], sid: str) -> None:
+        """Spot-check ``task_ids`` against ``sid`` (name@version); unversioned keeps the old call."""
+        if sid == self.spot.solver_id:
+            self.spot.dispatch(task_ids, self.s.band.k)
+        else:
+            self.spot.dispatch(task_ids, self.s.band.k, solver_id=sid)
+
     def _harvest(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         """Label tasks whose trials all landed; mine false positives; compute precision metrics."""
         pending = list(counters.get("spotcheck_pending", []))
         if not pending:
             return {}
-        labels = harvest_labels(self.store, pending, self.spot.solver_id, self.s.band)
+        by_sid: dict[str, list[int]] = {}
+        sids = counters.get("spotcheck_pending_sid", {})
+        for t in pending:  # each task is harvested under the version it was dispatched against
+            by_sid.setdefault(sids.get(str(t), self.spot.solver_id), []).append(t)
+        labels = {t: lab for sid, ids in by_sid.items()
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band).items()}
         with self.store.session() as s:
             primary = repo.primary_probe_id(s, self.run_id)
             probs = {t: p for t, p in s.execute(select(ProbeScore.task_id, ProbeScore.probability).where(
@@ -226,6 +250,8 @@ class Driver:
             if primary is not None:
                 repo.add_false_positives(s, primary, fps)
         counters["spotcheck_pending"] = sorted(set(pending) - set(labels))
+        still = {str(t) for t in counters["spotcheck_pending"]}
+        counters["spotcheck_pending_sid"] = {t: v for t, v in sids.items() if t in still}
         counters["fp_since_retrain"] = int(counters.get("fp_since_retrain", 0)) + len(fps)
         known = [lab for lab in labels.values() if lab.in_band is not None]
         high = [t for t, _, p, lab in labelled if p >= self.s.frontier_threshold and lab.in_band is not None]

@@ -13,8 +13,10 @@ from typing import Any
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.spotcheck import Band
+from curriculum.staleness import StalenessPolicy
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
+from daemon.loop.frontier import FrontierSettings
 from workers.runtime import WorkerSettings
 
 
@@ -72,4 +74,21 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
         probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
-        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
+        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
+        frontier=frontier_settings(cfg))
+
+
+def staleness_policy(cfg: PropelConfig) -> StalenessPolicy:
+    """How labels of older solver versions count (``frontier.staleness`` …)."""
+    f = cfg.frontier
+    return StalenessPolicy(mode=f.staleness, keep_versions=f.keep_versions, half_life_versions=f.half_life_versions,
+                           min_weight=f.min_weight)
+
+
+def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
+    """Staleness, drift re-measurement and primary-refresh settings of the driver."""
+    f = cfg.frontier
+    return FrontierSettings(
+        staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
+        refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
+        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels)

@@ -56,6 +56,29 @@ def _backfill(conn: sa.Connection, table: str) -> set[tuple[str, str]]:
 
 def upgrade() -> None:
     op.create_table(
+        "drift_measurements",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("solver", sa.String(length=256), nullable=False),
+        sa.Column("old_version", sa.String(length=128), nullable=False),
+        sa.Column("new_version", sa.String(length=128), nullable=False),
+        sa.Column("cycle", sa.Integer(), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("sample", sa.JSON(), nullable=False),
+        sa.Column("matrix", sa.JSON(), nullable=False),
+        sa.Column("measured", sa.Integer(), nullable=False),
+        sa.Column("score", sa.Float(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        sa.CheckConstraint("state IN ('measuring', 'done')", name=op.f("ck_drift_measurements_state")),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_drift_measurements_run_id_runs"),
+                                ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_drift_measurements")),
+        sa.UniqueConstraint("run_id", "solver", "new_version", name=op.f("uq_drift_measurements_run_id_solver_new_version")),
+    )
+    with op.batch_alter_table("drift_measurements", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_drift_measurements_run_id"), ["run_id"], unique=False)
+    op.create_table(
         "solver_versions",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("solver", sa.String(length=256), nullable=False),
@@ -110,3 +133,6 @@ def downgrade() -> None:
     with op.batch_alter_table("solver_versions", schema=None) as batch_op:
         batch_op.drop_index("ix_solver_versions_solver_ordinal")
     op.drop_table("solver_versions")
+    with op.batch_alter_table("drift_measurements", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_drift_measurements_run_id"))
+    op.drop_table("drift_measurements")

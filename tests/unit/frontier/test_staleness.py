@@ -59,6 +59,8 @@ def _v(version: str, order: int | None, minutes: int = 0) -> SolverVersion:
 def test_ages_follow_order_not_arrival_and_legacy_unordered_have_none() -> None:
     known = [_v("", -1), _v("10", 10, 1), _v("30", 30, 2), _v("20", 20, 3), _v("v1.2", None, 4), _v("s-30", 30, 5)]
     assert ages(known) == {"": 3, "10": 2, "30": 0, "20": 1, "v1.2": None, "s-30": 0}
+    assert ages(known[1:]) == ages(known)  # the unversioned version ages whether registered or not
+    assert ages([]) == {"": 0}
 
 
 KEEP2 = StalenessPolicy()

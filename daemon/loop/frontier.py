@@ -1,0 +1,132 @@
+"""The driver's view of a moving solver: which version spot-checks are recorded against, drift
+re-measurement after a new version, and when to refresh the primary probe.
+
+The driver calls :class:`FrontierTracker` from its phases (small hooks):
+
+* :meth:`~FrontierTracker.serving_id` at every spot-check dispatch — the qualified id
+  ``name@version`` of the solver's *current* version, read from the store, so an announce moves the
+  spot-check endpoint's version on without restarting anything;
+* :meth:`~FrontierTracker.plan_drift` — on a new current version, open a drift measurement over a
+  stratified sample of already-labelled tasks and spend up to ``drift_budget_share`` of the cycle's
+  spot-check budget re-measuring them;
+* :meth:`~FrontierTracker.observe_drift` — fold the new labels into the transition matrix and score;
+* :meth:`~FrontierTracker.refresh_due` — drift above the threshold (or enough new labels) asks for a
+  champion/challenger primary-probe refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from curriculum import drift, frontier_labels, solver_versions
+from curriculum.spotcheck import Band
+from curriculum.staleness import StalenessPolicy
+from curriculum.store.db import Store
+from curriculum.store.models import SolverTrial
+
+log = logging.getLogger("propel.frontier")
+
+
+@dataclass(frozen=True)
+class FrontierSettings:
+    staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
+    drift_budget_share: float = 0.25
+    drift_per_stratum: int = 8
+    drift_max_cycles: int = 10  # a measurement closes after this many cycles even if some tasks never got a verdict
+    refresh_drift_threshold: float = 0.3
+    refresh_every_labels: int = 0
+    refresh_holdout_share: float = 0.25
+    refresh_min_labels: int = 32
+
+
+def drift_share(budget: int, share: float, remaining: int) -> int:
+    """Re-measurements this cycle: ``share`` of the budget (at least one while any budget and share
+    are left), never more than the tasks still to measure."""
+    if budget <= 0 or share <= 0 or remaining <= 0:
+        return 0
+    return min(remaining, budget, max(1, round(budget * share)))
+
+
+class FrontierTracker:
+    def __init__(self, store: Store, run_id: int, solver_name: str, settings: FrontierSettings, band: Band,
+                 seed: int = 0) -> None:
+        self.store, self.run_id, self.name, self.s, self.band, self.seed = (
+            store, run_id, solver_name, settings, band, seed)
+
+    def current_version(self) -> str:
+        with self.store.session() as s:
+            cur = solver_versions.current(s, self.name)
+        return cur.version if cur is not None else solver_versions.UNVERSIONED
+
+    def serving_id(self) -> str:
+        """The qualified id spot-checks are recorded under now (the current version's)."""
+        return solver_versions.qualified_id(self.name, self.current_version())
+
+    # ---- drift -----------------------------------------------------------------------------------
+    def plan_drift(self, cycle: int, counters: dict[str, Any], budget: int) -> list[int]:
+        """Task ids to re-measure on the current version this cycle (opens a measurement on a new version)."""
+        cur = self.current_version()
+        prev = counters.get("solver_version")
+        counters["solver_version"] = cur
+        if prev is not None and prev != cur:
+            self._open(cycle, prev, cur)
+        with self.store.session() as s:
+            open_ = [m for m in drift.measurements(s, self.run_id, self.name, "measuring") if m.new_version == cur]
+            if not open_:
+                return []
+            sid = solver_versions.qualified_id(self.name, cur)
+            tried = set(s.scalars(select(SolverTrial.task_id).where(
+                SolverTrial.solver_id == sid, SolverTrial.task_id.in_(list(open_[0].sample)))))
+        pending = {int(t) for t in counters.get("spotcheck_pending", [])}
+        todo = sorted(t for t in open_[0].sample if t not in tried and t not in pending)
+        return todo[:drift_share(budget, self.s.drift_budget_share, len(todo))]
+
+    def _open(self, cycle: int, old: str, new: str) -> None:
+        with self.store.session() as s:
+            weighted = frontier_labels.usable_labels(s, self.name, StalenessPolicy(keep_versions=10**6),
+                                                     run_id=self.run_id)
+            strata = drift.old_strata(weighted, self.band)
+            sample = drift.stratified_sample(strata, self.s.drift_per_stratum, seed=self.seed * 7_919 + cycle)
+            got = drift.open_measurement(s, self.run_id, self.name, old, new, cycle, sample)
+        log.info("solver %s moved %s → %s: re-measuring %d labelled tasks (%s)", self.name, old or "(unversioned)",
+                 new, len(got.sample), {k: list(got.sample.values()).count(k) for k in drift.STRATA})
+
+    def observe_drift(self, cycle: int) -> dict[str, float]:
+        """Fold new-version labels of the sampled tasks into each open measurement; the latest score."""
+        out: dict[str, float] = {}
+        with self.store.session() as s:
+            for m in drift.measurements(s, self.run_id, self.name, "measuring"):
+                labels = [r for r in frontier_labels.label_records(s, self.name, task_ids=list(m.sample))
+                          if r.solver_version == m.new_version]
+                pairs = drift.measured_pairs(m.sample, labels, self.band)
+                labelled = {r.task_id for r in labels if r.source == "spotcheck"}
+                done = set(m.sample) <= labelled or cycle - m.cycle >= self.s.drift_max_cycles
+                m = drift.update_measurement(s, m.id, pairs, done)
+                if m.state == "done":
+                    log.info("drift of %s %s: %s over %d tasks, matrix %s", self.name, m.new_version,
+                             "n/a" if m.score is None else f"{m.score:.2f}", m.measured, m.matrix)
+            latest = [m for m in drift.measurements(s, self.run_id, self.name) if m.score is not None]
+        if latest:
+            out["drift_score"] = float(latest[-1].score or 0.0)
+            out["drift_measured"] = float(latest[-1].measured)
+        return out
+
+    def refresh_due(self, counters: dict[str, Any]) -> str | None:
+        """Why a primary refresh is due now (None: not due): a finished measurement above the drift
+        threshold that has not triggered one yet, or enough new usable labels since the last refresh."""
+        with self.store.session() as s:
+            finished = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
+            usable = len(frontier_labels.usable_labels(s, self.name, self.s.staleness, run_id=self.run_id))
+        seen = set(counters.get("refresh_drift_seen", []))
+        for m in finished:
+            if m.id not in seen and (m.score or 0.0) > self.s.refresh_drift_threshold:
+                counters["refresh_drift_seen"] = sorted(seen | {m.id})
+                return f"drift {m.score:.2f} on {m.new_version}"
+        base = int(counters.get("refresh_labels_at", 0))
+        if self.s.refresh_every_labels > 0 and usable - base >= self.s.refresh_every_labels:
+            return f"{usable - base} new labels"
+        return None
