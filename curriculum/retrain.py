@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
 
+from curriculum import frontier_labels
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
 from curriculum.spotcheck import Band, LabelValue
+from curriculum.staleness import StalenessPolicy, freshest_per_task
 from curriculum.store import repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
@@ -54,6 +56,8 @@ class RetrainSpec:
     collapse_topic: bool  # also use the dominant topic family as negatives (collapse mitigation)
     artifact_dir: str
     seed: int = 0
+    solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
+    staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
 
     @property
     def band(self) -> Band:
@@ -65,7 +69,7 @@ class RetrainSpec:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetrainSpec:
         unknown = set(data) - {f.name for f in fields(cls)}
-        missing = {f.name for f in fields(cls) if f.default is MISSING} - set(data)
+        missing = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING} - set(data)
         if unknown or missing:
             raise ValueError(f"bad retrain spec: unknown {sorted(unknown)}, missing {sorted(missing)}")
         return cls(**data)
@@ -108,24 +112,35 @@ def finish_job(store: Store, name: str, state: str, reason: str | None = None) -
                   .values(state=state, reason=reason, finished_at=datetime.now(UTC)))
 
 
-def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSample]:
-    """Every spot-check-labelled valid task of the run, as reference text + primary-probe probability.
+def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
+                 staleness: StalenessPolicy | None = None) -> list[LabelledSample]:
+    """Every usable labelled valid task of the run, as reference text + primary-probe probability.
 
-    All of them, not only the newest: the new aux probe replaces the previous one, so it must keep
-    refusing what the earlier ones refused.
+    With ``solver``: spot-check *and* trainer labels of that solver name that still count under
+    ``staleness`` (:mod:`curriculum.staleness`), the freshest one per task. Without: every spot-check
+    label (runs that predate solver versions). All of them, not only the newest: the new aux probe
+    replaces the previous one, so it must keep refusing what the earlier ones refused.
     """
     with store.session() as s:
         primary = repo.primary_probe_id(s, run_id)
+        if solver:
+            best = freshest_per_task(frontier_labels.usable_labels(s, solver, staleness or StalenessPolicy(),
+                                                                   run_id=run_id))
+            labels = {t: LabelValue(w.label.solved, w.label.valid_trials, w.label.in_band) for t, w in best.items()
+                      if w.label.in_band is not None}
+        else:
+            labels = {int(r.task_id): LabelValue(r.solved, r.valid_trials, r.in_band) for r in s.execute(
+                select(Label.task_id, Label.solved, Label.valid_trials, Label.in_band)
+                .join(TaskRow, TaskRow.id == Label.task_id)
+                .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
+                       Label.in_band.is_not(None)))}
         rows = s.execute(
-            select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, Label.solved, Label.valid_trials,
-                   Label.in_band, ProbeScore.probability)
-            .join(Label, Label.task_id == TaskRow.id)
+            select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, ProbeScore.probability)
             .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
-            .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
-                   Label.in_band.is_not(None))).all()
+            .where(TaskRow.id.in_(list(labels)))).all() if labels else []
     return [LabelledSample(r.id, domain.reference_text(Task(domain.name, r.text, dict(r.payload or {}))), True,
-                           float(r.probability or 0.0), LabelValue(r.solved, r.valid_trials, r.in_band), r.topic)
-            for r in rows]
+                           float(r.probability or 0.0), labels[r.id], r.topic)
+            for r in sorted(rows, key=lambda r: r.id)]
 
 
 def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor) -> RetrainOutcome:
@@ -138,7 +153,7 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
         finish_job(store, spec.name, "failed", f"reference {spec.reference} has fingerprint "
                    f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
         return _outcome(store, spec.name)
-    samples = load_samples(store, spec.run_id, domain)
+    samples = load_samples(store, spec.run_id, domain, spec.solver, StalenessPolicy(**spec.staleness))
     topic = dominant_topic(samples)[0] if spec.collapse_topic else None
     try:
         result = train_aux_probe(samples, extractor, FeatureSpec(layer=spec.layer, pooling=spec.pooling), spec.band,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -295,7 +295,7 @@ class Driver:
             reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
             band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
             arch=self.s.probe_arch, collapse_topic=collapse_topic, artifact_dir=self.s.probe_dir,
-            seed=self.s.seed + cycle)
+            seed=self.s.seed + cycle, solver=self.spot.solver_id, staleness=asdict(self.s.frontier.staleness))
 
     def _submit_retrain(self, spec: retrain.RetrainSpec, counters: dict[str, Any]) -> bool:
         """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
