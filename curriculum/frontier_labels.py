@@ -49,7 +49,7 @@ def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
                   task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[LabelRecord]:
     """Stored labels of ``solver_name`` (valid tasks of ``run_id`` and/or among ``task_ids``)."""
     q = (select(Label.task_id, Label.solver_name, Label.solver_version, Label.source, Label.solved,
-                Label.valid_trials, Label.in_band)
+                Label.valid_trials, Label.in_band, Label.updated_at)
          .join(TaskRow, TaskRow.id == Label.task_id)
          .where(Label.solver_name == solver_name, TaskRow.valid))
     if run_id is not None:
@@ -59,7 +59,7 @@ def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
     if sources is not None:
         q = q.where(Label.source.in_(list(sources)))
     return [LabelRecord(int(r.task_id), r.solver_name, r.solver_version, r.source, int(r.solved),
-                        int(r.valid_trials), r.in_band) for r in sess.execute(q)]
+                        int(r.valid_trials), r.in_band, r.updated_at) for r in sess.execute(q)]
 
 
 def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int | None = None,

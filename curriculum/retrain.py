@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from curriculum import frontier_labels
+from curriculum import frontier_labels, refresh
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
 from curriculum.spotcheck import Band, LabelValue
@@ -58,6 +58,10 @@ class RetrainSpec:
     seed: int = 0
     solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
     staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
+    role: str = "aux"  # "primary": a champion/challenger refresh of the primary probe (curriculum.refresh)
+    champion: str = ""  # primary refresh: the champion's artifact
+    holdout_share: float = 0.25  # primary refresh: newest labels held out to judge challenger vs champion
+    refresh_min_labels: int = 32  # primary refresh: usable labels needed
 
     @property
     def band(self) -> Band:
@@ -86,6 +90,7 @@ class RetrainOutcome:
     probe_id: int | None = None
     reason: str | None = None
     false_positive_ids: tuple[int, ...] = ()
+    result: dict[str, Any] = field(default_factory=dict)  # the job's recorded result (a refresh's decision)
 
 
 def create_job(store: Store, spec: RetrainSpec) -> bool:
@@ -102,7 +107,8 @@ def job_outcome(store: Store, name: str) -> RetrainOutcome | None:
         if row is None:
             return None
         return RetrainOutcome(row.name, row.state, RetrainSpec.from_json(dict(row.spec)), row.created_at,
-                              row.probe_id, row.reason, tuple(row.result.get("false_positive_ids", [])))
+                              row.probe_id, row.reason, tuple(row.result.get("false_positive_ids", [])),
+                              dict(row.result))
 
 
 def finish_job(store: Store, name: str, state: str, reason: str | None = None) -> None:
@@ -153,6 +159,8 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
         finish_job(store, spec.name, "failed", f"reference {spec.reference} has fingerprint "
                    f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
         return _outcome(store, spec.name)
+    if spec.role == "primary":
+        return _run_primary_refresh(store, spec, domain, extractor)
     samples = load_samples(store, spec.run_id, domain, spec.solver, StalenessPolicy(**spec.staleness))
     topic = dominant_topic(samples)[0] if spec.collapse_topic else None
     try:
@@ -171,6 +179,17 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
             state="done", probe_id=pid, finished_at=datetime.now(UTC),
             result={"false_positive_ids": fp_ids, "collapse_topic": topic, **result.dataset.summary}))
+    return _outcome(store, spec.name)
+
+
+def _run_primary_refresh(store: Store, spec: RetrainSpec, domain: Domain,
+                         extractor: FeatureExtractor) -> RetrainOutcome:
+    try:
+        result = refresh.run_refresh(store, spec, domain, extractor)
+    except refresh.InsufficientRefreshData as err:
+        finish_job(store, spec.name, "skipped", str(err))
+        return _outcome(store, spec.name)
+    refresh.record_refresh(store, spec, result, spec.reference_fingerprint)
     return _outcome(store, spec.name)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 SOURCE_PREFERENCE = ("spotcheck", "consumer")  # at equal age: the daemon's own k trials first
@@ -67,6 +68,7 @@ class LabelRecord:
     solved: int
     valid_trials: int
     in_band: bool | None
+    at: datetime | None = None  # when the label was last written (the newest are held out by a refresh)
 
 
 @dataclass(frozen=True)

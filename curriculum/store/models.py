@@ -40,7 +40,7 @@ NAMING_CONVENTION = {
 
 TRIAL_OUTCOMES = ("pass", "fail", "null")
 LABEL_SOURCES = ("spotcheck", "consumer")
-QUEUE_STATES = ("ready", "leased", "acked", "dead")
+QUEUE_STATES = ("ready", "leased", "acked", "dead", "stale")  # stale: retired after a primary-probe refresh
 PROBE_ROLES = ("primary", "aux")
 FP_SIDES = ("too_easy", "too_hard")
 
@@ -292,11 +292,12 @@ class GeneratorCheckpoint(Base):
 
 
 class QueueItem(Base):
-    """The durable downstream queue (a lease table): one row per emitted task."""
+    """The durable downstream queue (a lease table): one row per emitted task. ``stale``: a ready task
+    a refreshed primary probe no longer rates as frontier (never served, kept for analysis)."""
 
     __tablename__ = "queue"
     __table_args__ = (
-        CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead')", name="state"),
+        CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead', 'stale')", name="state"),
         Index("ix_queue_state_lease", "state", "lease_until"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)

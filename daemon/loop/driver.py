@@ -31,7 +31,7 @@ from curriculum.spotcheck import (
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
-from daemon.loop.frontier import FrontierSettings, FrontierTracker
+from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
@@ -136,6 +136,7 @@ class Driver:
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         retrained = self._collect_retrain(counters)  # an aux probe a worker finished constrains this chunk
+        retrained |= collect_refresh(self, counters)  # so does a promoted challenger primary
         stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, float(counters.get("kl_factor", 1.0)))
         counters["kl_factor"] = 1.0  # a raise_kl mitigation applies to one chunk
         self._record(cycle, {**{f"rl_{k}": v for k, v in stats.items()}, **retrained})
@@ -282,6 +283,7 @@ class Driver:
                     repo.save_state(s, self.run_id, phase="retrain", cycle=cycle, counters=counters)
                 if self._submit_retrain(spec, counters):
                     values |= self._collect_retrain(counters)  # in-process: finished already
+        values |= collect_refresh(self, counters) | start_refresh(self, cycle, counters)  # champion/challenger
         values.setdefault("retrained", 0.0)
         values["retrain_pending"] = float(bool(counters.get("retrain_job")))
         self._record(cycle, values)

@@ -17,16 +17,20 @@ The driver calls :class:`FrontierTracker` from its phases (small hooks):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from curriculum import drift, frontier_labels, solver_versions
+from curriculum import drift, frontier_labels, refresh, retrain, solver_versions
+from curriculum.domains.base import Task
 from curriculum.spotcheck import Band
 from curriculum.staleness import StalenessPolicy
+from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial
+from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 
 log = logging.getLogger("propel.frontier")
 
@@ -130,3 +134,121 @@ class FrontierTracker:
         if self.s.refresh_every_labels > 0 and usable - base >= self.s.refresh_every_labels:
             return f"{usable - base} new labels"
         return None
+
+
+# ---- primary refresh (champion/challenger) ----------------------------------------------------------
+class _Settings(Protocol):
+    @property
+    def run_name(self) -> str: ...
+    @property
+    def frontier(self) -> FrontierSettings: ...
+    @property
+    def retrain_timeout_s(self) -> float: ...
+    @property
+    def min_probability(self) -> float: ...
+
+
+class Driver(Protocol):
+    """What the refresh needs of :class:`daemon.loop.driver.Driver` (a protocol: no import cycle)."""
+
+    store: Store
+    run_id: int
+    engine: Engine
+    spot: SpotChecker
+    retrainer: Retrainer
+
+    @property
+    def s(self) -> _Settings: ...
+
+    @property
+    def frontier(self) -> FrontierTracker: ...
+
+    def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec: ...
+
+    def _reload_probes(self) -> None: ...
+
+
+def start_refresh(driver: Driver, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+    """Create and hand over a challenger job when a refresh is due and none is pending."""
+    if counters.get("refresh_job") is not None:
+        return {}
+    why = driver.frontier.refresh_due(counters)
+    if why is None:
+        return {}
+    with driver.store.session() as s:
+        champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
+        usable = len(frontier_labels.usable_labels(s, driver.spot.solver_id, driver.s.frontier.staleness,
+                                                   run_id=driver.run_id))
+    counters["refresh_labels_at"] = usable
+    spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
+                   champion=champions[0].artifact_uri if champions else "",
+                   holdout_share=driver.s.frontier.refresh_holdout_share,
+                   refresh_min_labels=driver.s.frontier.refresh_min_labels)
+    log.info("primary-probe refresh %s: %s", spec.name, why)
+    retrain.create_job(driver.store, spec)
+    counters["refresh_job"] = spec.name
+    counters["refresh_undispatched"] = True
+    with driver.store.session() as s:
+        repo.save_state(s, driver.run_id, phase="retrain", cycle=cycle, counters=counters)
+    try:
+        driver.retrainer.submit(spec)
+        counters["refresh_undispatched"] = False
+    except DispatchError as err:
+        log.warning("%s", err)
+    return {"refresh_started": 1.0} | collect_refresh(driver, counters)
+
+
+def collect_refresh(driver: Driver, counters: dict[str, Any]) -> dict[str, float]:
+    """Look at the pending challenger: promote it (and retire stale ready tasks) when it won."""
+    name = counters.get("refresh_job")
+    job = retrain.job_outcome(driver.store, name) if name else None
+    if job is None:
+        counters.pop("refresh_job", None)
+        return {}
+    if job.state == "pending":
+        age = (datetime.now(UTC) - job.created_at).total_seconds()
+        if age > driver.s.retrain_timeout_s:
+            retrain.finish_job(driver.store, job.name, "failed", f"no outcome after {age:.0f} s")
+            return collect_refresh(driver, counters)
+        if counters.get("refresh_undispatched"):
+            try:
+                driver.retrainer.submit(job.spec)
+                counters["refresh_undispatched"] = False
+            except DispatchError as err:
+                log.warning("%s", err)
+        return {}
+    counters.pop("refresh_job")
+    if job.state != "done" or job.probe_id is None:
+        log.info("primary refresh %s %s: %s", job.name, job.state, job.reason)
+        return {"primary_refreshed": 0.0}
+    out = {"primary_refreshed": float(bool(job.result.get("promote")))}
+    for who in ("champion", "challenger"):
+        score = job.result.get(who)
+        if score:
+            out[f"refresh_{who}_bacc"] = float(score["balanced_accuracy"])
+    if not job.result.get("promote"):
+        log.info("challenger %s kept out: %s", job.name, job.result.get("reason"))
+        return out
+    with driver.store.session() as s:
+        aux = [p.id for p in repo.active_probes(s, driver.run_id) if p.role == "aux"]
+        repo.set_active_probes(s, [job.probe_id, *aux], driver.run_id)
+    driver._reload_probes()
+    counters["champion"] = {"probe": job.name, "cycle": job.spec.cycle, "at": datetime.now(UTC).isoformat()}
+    out["stale_retired"] = float(retire_ready(driver, job.probe_id))
+    log.info("challenger %s promoted (%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
+             int(out["stale_retired"]))
+    return out
+
+
+def retire_ready(driver: Driver, probe_id: int) -> int:
+    """Re-score the run's ready tasks with the new primary; those below the emission threshold go stale."""
+    rows = refresh.ready_tasks(driver.store, driver.run_id)
+    if not rows:
+        return 0
+    dom = driver.engine.domain
+    scored = driver.engine.score([dom.reference_text(Task(d, text, payload)) for _, d, text, payload in rows])
+    with driver.store.session() as s:
+        repo.record_probe_scores(s, probe_id, [(t, lg, p) for (t, *_), lg, p in
+                                               zip(rows, scored.logits, scored.probabilities, strict=True)])
+    probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
+    return refresh.retire_stale(driver.store, probs, driver.s.min_probability)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-QUEUE_STATES = ("ready", "leased", "acked", "dead")
+QUEUE_STATES = ("ready", "leased", "acked", "dead", "stale")
 
 GAUGES: dict[str, tuple[str, str]] = {
     "self_bleu3": ("propel_self_bleu3_ratio", "Self-BLEU-3 of a fixed-size sample of this cycle's tasks"),

@@ -6,6 +6,7 @@ Existing rows are carried over with the version their stored solver id implies
 ``step-1200``; an id without ``@`` is the unversioned ``""``), and each (name, version) found is
 registered with its derived order (NULL — unordered, never current — when the string implies none).
 Downgrade drops the new columns and table; the rows themselves, keyed by ``solver_id``, stay intact.
+The queue gains the ``stale`` state (downgrade turns stale rows into ``dead``: never served either).
 
 Revision ID: 0007
 Revises: 0005
@@ -78,6 +79,10 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("drift_measurements", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_drift_measurements_run_id"), ["run_id"], unique=False)
+    with op.batch_alter_table("queue", schema=None) as batch_op:
+        batch_op.drop_constraint(batch_op.f("ck_queue_state"), type_="check")
+        batch_op.create_check_constraint(batch_op.f("ck_queue_state"),
+                                         "state IN ('ready', 'leased', 'acked', 'dead', 'stale')")
     op.create_table(
         "solver_versions",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -120,6 +125,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("UPDATE queue SET state = 'dead' WHERE state = 'stale'")  # the older schema has no stale state
+    with op.batch_alter_table("queue", schema=None) as batch_op:
+        batch_op.drop_constraint(batch_op.f("ck_queue_state"), type_="check")
+        batch_op.create_check_constraint(batch_op.f("ck_queue_state"), "state IN ('ready', 'leased', 'acked', 'dead')")
     for table in _TABLES:
         with op.batch_alter_table(table, schema=None) as batch_op:
             if table == "labels":

@@ -125,3 +125,35 @@ def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Pa
                         ("policy", "v1.2.10", None, "migration")}
     assert after_down == {(sid, i) for i, sid in enumerate(ids)} and trials_down == set(ids)
     assert again == trials
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url)
+    store = Store(url)
+    insert = ("INSERT INTO queue (task_id, state, message, attempts, enqueued_at) "
+              "VALUES (:t, :s, '{}', 0, CURRENT_TIMESTAMP)")
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO tasks (id, domain, content_hash, text, payload, valid, created_at) VALUES "
+                              "(1, 'arith', 'h1', '1', '{}', true, CURRENT_TIMESTAMP), "
+                              "(2, 'arith', 'h2', '2', '{}', true, CURRENT_TIMESTAMP), "
+                              "(3, 'arith', 'h3', '3', '{}', true, CURRENT_TIMESTAMP)"))
+            conn.execute(text(insert), [{"t": 1, "s": "stale"}, {"t": 2, "s": "ready"}])
+        with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
+            conn.execute(text(insert), {"t": 3, "s": "bogus"})
+        downgrade(url, "0005")
+        with store.engine.connect() as conn:
+            states = dict(conn.execute(text("SELECT task_id, state FROM queue")).all())
+        with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
+            conn.execute(text(insert), {"t": 3, "s": "stale"})
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert states == {1: "dead", 2: "ready"}
