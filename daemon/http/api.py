@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum import frontier_labels, solver_versions
+from curriculum.frontier_view import frontier_summary
 from curriculum.spotcheck import Band
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
@@ -276,9 +277,11 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         depths = repo.queue_depths(s)
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
+        frontier = frontier_summary(s, run_id)
     return {
         "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
         "counters": dict(state.counters) if state else {},
         "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
         "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
+        "frontier": frontier,
     }

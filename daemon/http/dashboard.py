@@ -31,9 +31,11 @@ from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 from sqlalchemy import func, select
 
+from curriculum.frontier_view import frontier_summary
 from curriculum.store.db import Store
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
 from daemon.config import mask_url
+from daemon.http import frontier_panel
 from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule
 from daemon.ops.metrics import QUEUE_STATES
 from daemon.ops.replay import AlertInterval, UnknownRunError, find_run, load_history, plot_metric, stored_intervals
@@ -63,6 +65,7 @@ class DashboardData:
     queue: dict[str, int] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
     spotcheck: list[dict[str, int]] = field(default_factory=list)
+    frontier: dict[str, Any] = field(default_factory=dict)  # per solver version: labels, drift, champion
 
     @property
     def last_cycle(self) -> int | None:
@@ -85,6 +88,7 @@ def collect(store: Store, run_name: str) -> DashboardData:
         data.probes = [_probe_dict(p) for p in sess.scalars(select(ProbeRow).where(ProbeRow.run_id == data.run_id)
                                                             .order_by(ProbeRow.created_at))]
         data.spotcheck = _spotcheck_by_cycle(sess, data.run_id)
+        data.frontier = frontier_summary(sess, data.run_id)
     return data
 
 
@@ -114,7 +118,7 @@ def data_json(data: DashboardData) -> dict[str, Any]:
         "last_cycle": data.last_cycle, "cycles": sorted(data.history),
         "metrics": {n: [[c, v[n]] for c, v in sorted(data.history.items()) if n in v] for n in names},
         "alerts": [asdict(a) for a in data.alerts], "queue": data.queue, "probes": data.probes,
-        "spotcheck": data.spotcheck,
+        "spotcheck": data.spotcheck, "frontier": data.frontier,
     }
 
 
@@ -277,6 +281,7 @@ def render_page(data: DashboardData, rules: Sequence[AlertRule]) -> str:
         parts.append(_figure(f"metrics-{key}", title, metrics_svg(data, names, rules)))
     parts.append(_figure("queue", "Queue depth", queue_svg(data)))
     parts.append(_figure("spotcheck", "Spot-check outcomes", spotcheck_svg(data)))
+    parts.append(frontier_panel.section_html(data.frontier))
     probe_rows = [(p["name"], p["role"], "yes" if p["active"] else "", p["created_at"],
                    ", ".join(f"{k}={v:.3g}" for k, v in p["metrics"].items())) for p in data.probes]
     parts.append(_figure("probes", "Probe versions", probes_svg(data))

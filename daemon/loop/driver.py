@@ -347,13 +347,15 @@ class Driver:
 
     def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
+        sid = self.frontier.serving_id()  # only the current version's verdict counts (older ones are stale)
         with self.store.session() as s:
             primary = repo.primary_probe_id(s, self.run_id)
             rows = s.execute(
                 select(TaskRow, ProbeScore.probability, Label.in_band, Label.solved, Label.valid_trials,
                        Label.solver_id)
                 .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary))
-                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
+                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
+                      isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
             ready = queue.ready_count(s)

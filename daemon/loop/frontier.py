@@ -29,7 +29,7 @@ from curriculum.spotcheck import Band
 from curriculum.staleness import StalenessPolicy
 from curriculum.store import repo
 from curriculum.store.db import Store
-from curriculum.store.models import SolverTrial
+from curriculum.store.models import ProbeRow, SolverTrial
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 
 log = logging.getLogger("propel.frontier")
@@ -229,11 +229,16 @@ def collect_refresh(driver: Driver, counters: dict[str, Any]) -> dict[str, float
     if not job.result.get("promote"):
         log.info("challenger %s kept out: %s", job.name, job.result.get("reason"))
         return out
+    now = datetime.now(UTC)
     with driver.store.session() as s:
         aux = [p.id for p in repo.active_probes(s, driver.run_id) if p.role == "aux"]
         repo.set_active_probes(s, [job.probe_id, *aux], driver.run_id)
+        row = s.get(ProbeRow, job.probe_id)
+        if row is not None:  # when it took the lead (the operator view shows it)
+            row.meta = {**dict(row.meta), "promoted_at": now.isoformat(timespec="seconds"),
+                        "promoted_cycle": job.spec.cycle}
     driver._reload_probes()
-    counters["champion"] = {"probe": job.name, "cycle": job.spec.cycle, "at": datetime.now(UTC).isoformat()}
+    counters["champion"] = {"probe": job.name, "cycle": job.spec.cycle, "at": now.isoformat(timespec="seconds")}
     out["stale_retired"] = float(retire_ready(driver, job.probe_id))
     log.info("challenger %s promoted (%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
              int(out["stale_retired"]))

@@ -20,9 +20,13 @@ metric-table name        Prometheus series                                kind
 ``queue_ready``          ``propel_queue_depth{state="ready"}``            gauge
 ``solver_budget_used``   ``propel_solver_budget_used_ratio``              gauge
 ``retrain_pending``      ``propel_retrain_pending`` (1 while a job runs)  gauge
+``drift_score``          ``propel_drift_score_ratio``                     gauge
 ``emitted``              ``propel_tasks_emitted_total``                   counter (+= value)
 ``solver_trials``        ``propel_solver_trials_total``                   counter (+= value)
 ``retrained``            ``propel_aux_retrains_total``                    counter (+= value)
+``primary_refreshed``    ``propel_primary_refreshes_total``               counter (+= value)
+``stale_retired``        ``propel_stale_tasks_total``                     counter (+= value)
+``drift_remeasured``     ``propel_drift_remeasured_total``                counter (+= value)
 =======================  ===============================================  ==========================
 
 Plus ``propel_cycle`` (last exported cycle), ``propel_cycles_total``, ``propel_alerts_fired_total
@@ -53,11 +57,16 @@ GAUGES: dict[str, tuple[str, str]] = {
     "spotcheck_utility": ("propel_spotcheck_utility_ratio", "Spot-checked tasks (all) that were in band"),
     "solver_budget_used": ("propel_solver_budget_used_ratio", "Spot-check solver budget used this hour"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
+    "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
+                    "solver's newest version (latest drift measurement)"),
 }
 COUNTERS: dict[str, tuple[str, str]] = {
     "emitted": ("propel_tasks_emitted", "Tasks emitted to the downstream queue"),
     "solver_trials": ("propel_solver_trials", "Solver attempts made by spot-checks"),
     "retrained": ("propel_aux_retrains", "Aux probes trained and activated"),
+    "primary_refreshed": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
+    "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
+    "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
 }
 QUEUE_METRIC = "queue_ready"
 METRIC_TABLE_NAMES: tuple[str, ...] = (*GAUGES, QUEUE_METRIC, *COUNTERS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
@@ -13,11 +14,24 @@ from curriculum import drift, solver_versions
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
 from curriculum.store.models import Label, MetricPoint, SolverTrial
-from daemon.loop.driver import Driver
+from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.frontier import FrontierSettings
+from daemon.ops.metrics import build_metrics, export_cycle
+from daemon.http.api import ApiContext, create_app
+from tests.integration.servers import serve_app
 from tests.integration.test_driver import make_driver
 
 pytestmark = pytest.mark.integration
+
+
+class Exporter(DriverHooks):
+    """Prometheus export of every recorded metric, as the service's hooks do."""
+
+    def __init__(self) -> None:
+        self.metrics = build_metrics()
+
+    def export(self, cycle: int, values: dict[str, float]) -> None:
+        export_cycle(self.metrics, values, cycle=cycle)
 
 
 def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
@@ -34,6 +48,7 @@ def _solver(driver: Driver) -> SyntheticArithSolver:
 def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store: Store, tmp_path: Path) -> None:
     frontier = FrontierSettings(drift_budget_share=0.5, drift_per_stratum=4)
     driver, _ = make_driver(store, tmp_path, frontier=frontier, budget_per_cycle=12)
+    driver.hooks = exporter = Exporter()
     name = driver.spot.solver_id
     _tick_to(driver, "rl", 2)  # two cycles of labels under the unversioned solver
     with store.session() as s:
@@ -64,6 +79,16 @@ def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store
     assert m.state == "done" and relabelled == len(m.sample) and m.measured >= 1
     assert m.matrix["in_band"]["too_easy"] >= 1 and m.score is not None and m.score > 0.3  # a stronger solver
     assert scores and scores[-1] == pytest.approx(m.score)
+    ctx = ApiContext(store=store, run_name="drv", registry=exporter.metrics.registry)
+    with serve_app(create_app(ctx)) as url:  # the operator's view: /v1/status and a real /metrics scrape
+        status = httpx.get(f"{url}/v1/status").json()
+        metrics = httpx.get(f"{url}/metrics").text
+    rows = {r["version"]: r for r in status["frontier"]["versions"]}
+    assert rows["step-100"]["current"] and rows["step-100"]["drift_score"] == pytest.approx(m.score)
+    assert rows["step-100"]["spotcheck_labels"] > 0 and rows[""]["age"] == 1 and not rows[""]["current"]
+    assert rows["step-100"]["transitions"]["in_band"]["too_easy"] == m.matrix["in_band"]["too_easy"]
+    [line] = [x for x in metrics.splitlines() if x.startswith("propel_drift_score_ratio ")]
+    assert float(line.split()[1]) == pytest.approx(m.score)
 
 
 def test_unversioned_run_never_opens_a_measurement(store: Store, tmp_path: Path) -> None:
