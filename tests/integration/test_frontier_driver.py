@@ -14,10 +14,10 @@ from curriculum import drift, solver_versions
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
 from curriculum.store.models import Label, MetricPoint, SolverTrial
+from daemon.http.api import ApiContext, create_app
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.frontier import FrontierSettings
 from daemon.ops.metrics import build_metrics, export_cycle
-from daemon.http.api import ApiContext, create_app
 from tests.integration.servers import serve_app
 from tests.integration.test_driver import make_driver
 
