@@ -123,30 +123,36 @@ def current(sess: Session, name: str) -> SolverVersion | None:
     return min((v for v in ordered if v.order == top), key=lambda v: v.created_at)
 
 
-def register(sess: Session, name: str, version: str, order: int | None = None,
-             source: str = "announce") -> Registered:
-    """Register ``version`` of ``name`` (idempotent: a known version keeps its first order).
+def ensure_registered(sess: Session, name: str, version: str, order: int | None = None,
+                      source: str = "announce") -> tuple[SolverVersion, bool]:
+    """Register ``version`` of ``name`` if new (idempotent: a known version keeps its first order);
+    returns it and whether it was new. The hot path of an ack: one indexed read, at most one insert.
 
     Raises :class:`VersionError` for a new version whose order is neither given nor derivable, or
     when an explicit order contradicts the one the version was first registered with.
     """
     if source not in VERSION_SOURCES:
         raise ValueError(f"version source must be one of {VERSION_SOURCES}, got {source!r}")
-    known = sess.scalars(select(SolverVersionRow).where(SolverVersionRow.solver == name,
-                                                        SolverVersionRow.version == version)).first()
+    where = (SolverVersionRow.solver == name, SolverVersionRow.version == version)
+    known = sess.scalars(select(SolverVersionRow).where(*where)).first()
     created = False
     if known is None:
         ordinal = resolve_order(version, order)
         created = insert_ignore(sess, SolverVersionRow, [{
             "solver": name, "version": version, "ordinal": ordinal, "source": source,
             "created_at": utcnow()}], ["solver", "version"]) == 1
-        known = sess.scalars(select(SolverVersionRow).where(SolverVersionRow.solver == name,
-                                                            SolverVersionRow.version == version)).one()
+        known = sess.scalars(select(SolverVersionRow).where(*where)).one()
     elif order is not None and known.ordinal is not None and order != known.ordinal:
         raise VersionError(f"version {version!r} of {name!r} was registered with order {known.ordinal}; "
                            f"order {order} contradicts it (a version's order never changes)")
+    return _row(known), created
+
+
+def register(sess: Session, name: str, version: str, order: int | None = None,
+             source: str = "announce") -> Registered:
+    """:func:`ensure_registered`, plus the name's current version (what an announce answers)."""
+    got, created = ensure_registered(sess, name, version, order, source)
     top = current(sess, name)
-    got = _row(known)
     return Registered(got, created, top if top is not None else got)
 
 

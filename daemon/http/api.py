@@ -238,7 +238,7 @@ def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -
     the caller's transaction rolls back)."""
     name, version = body.solver_version()
     try:
-        solver_versions.register(s, name, version, body.version_order, source="ack")
+        solver_versions.ensure_registered(s, name, version, body.version_order, source="ack")
     except solver_versions.VersionError as err:
         raise HTTPException(422, f"version: {err}") from None
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
