@@ -156,6 +156,9 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
     """
     start = time.perf_counter()
     sid = solver_id or solver.solver_id
+    serve = getattr(solver, "serve_version", None)  # an instrument that can act as any version (synthetic)
+    if serve is not None:
+        serve(sid.rpartition("@")[2] if "@" in sid else "")
     tasks, missing = _missing_attempts(store, task_ids, sid, k)
     by_count: dict[int, list[int]] = defaultdict(list)
     for tid, attempts in missing.items():

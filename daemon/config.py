@@ -156,6 +156,9 @@ class SolverConfig(_Section):
                          "`propel solver announce` moves it on without a restart")
     version_order: int | None = Field(default=None, ge=0, description="order of solver.version when it has no "
                                       "step number (higher = newer)")
+    synthetic_skill_by_version: dict[str, float] = Field(
+        default_factory=dict, description="synthetic solver only (a benchmark instrument): its offset — the "
+        "complexity it solves half the time — per announced version, to simulate an improving solver")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -175,6 +178,8 @@ class SolverConfig(_Section):
                              "(an integer, higher = newer)")
         if not self.version and self.version_order is not None:
             raise ValueError("solver.version_order needs solver.version")
+        if self.synthetic_skill_by_version and self.backend != "synthetic":
+            raise ValueError("solver.synthetic_skill_by_version only applies to solver.backend = 'synthetic'")
         return self
 
 

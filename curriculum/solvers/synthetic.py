@@ -28,16 +28,24 @@ _PROMPT_EXPR = re.compile(r"Compute:\s*([0-9+\-*() ]+?)\s*(?:\n|$)")
 class SyntheticArithSolver:
     """Logistic-in-complexity success probability; seeded; labelled ``synthetic:``."""
 
-    def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0) -> None:
+    def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0,
+                 skill_by_version: dict[str, float] | None = None) -> None:
         self.slope = slope
-        self.offset = offset
+        self.offset = self.base_offset = offset
         self.seed = seed
+        self.skill_by_version = dict(skill_by_version or {})
         self.solver_id = f"synthetic:arith-logistic(slope={slope:g},offset={offset:g},seed={seed})"
+
+    def serve_version(self, version: str) -> None:
+        """Act as checkpoint ``version``: its offset from ``skill_by_version`` (else the base offset).
+        Spot-checks call this with the version they record trials under (benchmarks of drift)."""
+        self.offset = self.skill_by_version.get(version, self.base_offset)
 
     def set_skill(self, offset: float) -> None:
         """Change the solver's skill (the complexity at which it succeeds half the time) in place —
-        a new checkpoint of the same solver: ``solver_id`` (its name) does not change."""
-        self.offset = offset
+        a new checkpoint of the same solver: ``solver_id`` (its name) does not change. It is the skill
+        of every version not in ``skill_by_version``."""
+        self.offset = self.base_offset = offset
 
     def success_probability(self, expression: str) -> float:
         """P(correct) for ``expression`` (raises :class:`ArithError` if it does not parse)."""

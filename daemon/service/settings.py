@@ -28,6 +28,8 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
                           "artificial_latency_s": s.artificial_latency_s, "seed": cfg.seed}
     if s.backend == "openai":
         kw["options"] = {"endpoint": s.endpoint}
+    if s.backend == "synthetic" and s.synthetic_skill_by_version:
+        kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
     return kw
 
 
