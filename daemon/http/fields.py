@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 
 def printable(value: str) -> str:
@@ -19,5 +19,11 @@ def printable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(printable)]
-VersionText = Annotated[Text, Field(min_length=1, max_length=128, pattern=r"^[^@\s]+$",
-                                    description="version string (no '@' or whitespace)")]
+def _step_as_text(value: Any) -> Any:
+    """A checkpoint step sent as a JSON number (``"version": 1200``) is the version ``"1200"``."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+VersionText = Annotated[Text, BeforeValidator(_step_as_text),
+                        Field(min_length=1, max_length=128, pattern=r"^[^@\s]+$",
+                              description="version string or checkpoint step (no '@' or whitespace)")]

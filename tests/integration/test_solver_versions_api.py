@@ -101,6 +101,9 @@ def test_versioned_ack_writes_a_trainer_label_with_errors_excluded(api: tuple[st
     ({"solved": 1, "n": 8, "solver": "p@2", "version": "3"}, "solver"),
     ({"solved": 1, "n": 8, "solver": "p", "version": "a b"}, "version"),
     ({"solved": 1, "n": 8, "solver": "p", "version": "3", "version_order": -1}, "version_order"),
+    ({"solved": 1, "n": 8, "solver": "p", "version": True}, "version"),
+    ({"solved": 1, "n": 8, "solver": "p", "version": "3", "sampling": {"temperature": -1}}, "temperature"),
+    ({"solved": 1, "n": 8, "solver": "p", "version": "x\u0000"}, "version"),
 ])
 def test_bad_acks_are_422_naming_the_field(api: tuple[str, Store], body: dict[str, object], field: str) -> None:
     url, store = api
@@ -128,7 +131,21 @@ def test_unorderable_version_on_ack_is_refused_and_rolled_back(api: tuple[str, S
         assert s.scalars(select(QueueItem.state).where(QueueItem.task_id == ids[0])).one() == "acked"
 
 
-@pytest.mark.parametrize("path", ["/v1/solvers/a@b/versions", "/v1/solvers/%20x/versions"])
+def test_a_step_sent_as_a_number_is_the_version(api: tuple[str, Store]) -> None:
+    url, store = api
+    ids = seed(store, 1)
+    with PropelClient(url, token=TOKEN) as client:
+        token = client.lease(n=1, lease_s=60, consumer="t")[0].lease_token
+    resp = httpx.post(f"{url}/v1/tasks/{ids[0]}/ack", headers=AUTH,
+                      json={"solved": 2, "n": 8, "solver": "p", "version": 1200, "lease_token": token})
+    assert resp.status_code == 200
+    assert httpx.post(f"{url}/v1/solvers/p/versions", json={"version": 1300}, headers=AUTH).json()["is_current"]
+    with store.session() as s:
+        assert s.scalars(select(Label.solver_version)).one() == "1200"
+
+
+@pytest.mark.parametrize("path", ["/v1/solvers/a@b/versions", "/v1/solvers/%20x/versions",
+                                  "/v1/solvers/x%00y/versions"])
 def test_bad_solver_names_are_422(api: tuple[str, Store], path: str) -> None:
     url, _ = api
     resp = httpx.post(f"{url}{path}", json={"version": "1"}, headers=AUTH)
