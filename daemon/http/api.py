@@ -255,7 +255,7 @@ def _status_routes(app: FastAPI) -> None:
     @app.get("/healthz", tags=["status"])
     def healthz(ctx: Ctx) -> JSONResponse:
         """200 when the store answers and the daemon's heartbeat is fresh, else 503."""
-        info = daemon_status(ctx.store, ctx.run_name)
+        info = daemon_status(ctx.store, ctx.run_name, frontier=False)
         beat = info.get("heartbeat_at")
         fresh = beat is not None and datetime.fromisoformat(beat) > datetime.now(UTC) - timedelta(
             seconds=ctx.heartbeat_stale_s)
@@ -267,8 +267,9 @@ def _status_routes(app: FastAPI) -> None:
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run."""
+def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
+    """What ``/v1/status`` and ``propel status`` report for a run (``frontier``: the per-version view,
+    which reads the run's labels — health checks skip it)."""
     from sqlalchemy import select
 
     with store.session() as s:
@@ -277,11 +278,11 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         depths = repo.queue_depths(s)
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
-        frontier = frontier_summary(s, run_id)
+        versions = frontier_summary(s, run_id) if frontier else None
     return {
         "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
         "counters": dict(state.counters) if state else {},
         "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
         "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
-        "frontier": frontier,
+        **({"frontier": versions} if frontier else {}),
     }
