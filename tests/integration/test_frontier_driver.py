@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from curriculum import drift, solver_versions
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
-from curriculum.store.models import Label, MetricPoint, SolverTrial
+from curriculum.store.models import Label, MetricPoint, RetrainJob, SolverTrial
 from daemon.http.api import ApiContext, create_app
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.frontier import FrontierSettings
@@ -79,6 +79,10 @@ def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store
     assert m.state == "done" and relabelled == len(m.sample) and m.measured >= 1
     assert m.matrix["in_band"]["too_easy"] >= 1 and m.score is not None and m.score > 0.3  # a stronger solver
     assert scores and scores[-1] == pytest.approx(m.score)
+    with store.session() as s:  # the drift above frontier.refresh_drift_threshold started a primary refresh
+        refreshes = s.execute(select(RetrainJob.state, RetrainJob.reason, RetrainJob.result).where(
+            RetrainJob.name.like("drv-primary-r%"))).all()
+    assert len(refreshes) == 1 and refreshes[0].state in ("done", "skipped"), refreshes
     ctx = ApiContext(store=store, run_name="drv", registry=exporter.metrics.registry)
     with serve_app(create_app(ctx)) as url:  # the operator's view: /v1/status and a real /metrics scrape
         status = httpx.get(f"{url}/v1/status").json()
