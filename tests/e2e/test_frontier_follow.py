@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from curriculum import drift
 from curriculum.frontier_view import frontier_summary
@@ -32,6 +33,13 @@ refresh_min_labels = 16
 """
 
 
+def _cycle(store: Store) -> int:
+    try:
+        return run_state(store, "fol")[1]
+    except OperationalError:  # the daemon has not created the schema yet
+        return -1
+
+
 def test_daemon_follows_an_improving_solver(tmp_path: Path, tiny_generator: Path) -> None:
     db = f"sqlite:///{tmp_path / 'propel.db'}"
     port = free_port()
@@ -40,11 +48,11 @@ def test_daemon_follows_an_improving_solver(tmp_path: Path, tiny_generator: Path
     store = Store(db)
     proc = start_daemon(cfg, log, "--cycles", "8")
     try:
-        wait_until(lambda: run_state(store, "fol")[1] >= 3, 900, "three cycles under the first solver", proc, log)
+        wait_until(lambda: _cycle(store) >= 3, 1800, "three cycles under the first solver", proc, log)
         with PropelClient(f"http://127.0.0.1:{port}") as client:
             got = client.announce("arith-solver", "step-1")
         assert got["is_current"]
-        assert proc.wait(timeout=1500) == 0, log.read_text()[-4000:]
+        assert proc.wait(timeout=2400) == 0, log.read_text()[-4000:]
         with store.session() as s:
             measured = drift.measurements(s, 1, "arith-solver")
             jobs = s.execute(select(RetrainJob.name, RetrainJob.state, RetrainJob.result, RetrainJob.reason)
