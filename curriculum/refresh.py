@@ -126,6 +126,9 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
                        training={"rows": len(train), "positives": int(data.labels[train].sum()),
                                  "solver": spec.solver, "staleness": spec.staleness})
     y_hold = data.labels[hold]
+    if len(set(y_hold.tolist())) < 2:
+        raise InsufficientRefreshData(f"the {len(hold)} most recent labels (the holdout) are all "
+                                      f"{'in' if y_hold.all() else 'out of'} band: nothing to judge a challenger on")
     ch_score = _score(challenger.head.probabilities(x[hold]), y_hold)
     champ_score = _champion_score(spec.champion, extractor, data.texts, hold, y_hold)
     verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))))
