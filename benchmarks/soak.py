@@ -47,7 +47,7 @@ def db_connections(store: Any) -> int:
 
 def build_driver(store: Any) -> Any:
     """The integration tests' driver (fake engine, real store and spot-checks), retrains off."""
-    from curriculum.spotcheck import Band
+    from probes.band import Band
     from tests.integration.test_driver import make_driver
 
     driver, _ = make_driver(store, Path(tempfile.gettempdir()), run_name="soak", sample_size=16,

@@ -44,7 +44,7 @@ from curriculum.rl import GeneratorTrainer, cpu_profile
 from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import Band, select_candidates
+from curriculum.spotcheck import select_candidates
 from probes import (
     FeatureExtractor,
     FeatureSpec,
@@ -56,6 +56,7 @@ from probes import (
     evaluate,
     train_probe,
 )
+from probes.band import Band
 
 ROWS = ("Base", "PROPEL", "PROPEL-WCO", "PROPEL + co-evolution", "PROPEL-linear", "PROPEL-linear + co-evolution",
         "SIL")

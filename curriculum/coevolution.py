@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.spotcheck import Band, LabelValue, false_positives
+from curriculum.spotcheck import LabelValue, false_positives
 from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig, evaluate, train_probe
+from probes.band import Band
 
 
 class InsufficientAuxData(ValueError):

@@ -25,11 +25,12 @@ from sqlalchemy import select, update
 
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
-from curriculum.spotcheck import Band, LabelValue
+from curriculum.spotcheck import LabelValue
 from curriculum.store import repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
+from probes.band import Band
 
 log = logging.getLogger("propel.retrain")
 

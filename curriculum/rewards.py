@@ -32,7 +32,8 @@ import numpy as np
 
 from curriculum.domains.base import Domain, Validity
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band, compute_label, grade_outcome
+from curriculum.spotcheck import compute_label, grade_outcome
+from probes.band import Band
 
 
 class RewardError(RuntimeError):

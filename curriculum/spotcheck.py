@@ -23,22 +23,7 @@ from curriculum.solvers.base import Completion, Sampling, SolverBackend
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
-
-
-@dataclass(frozen=True)
-class Band:
-    """Utility label: ``k`` attempts, a task is in band when ``lo ≤ solves ≤ hi`` over valid trials."""
-
-    k: int = 8
-    lo: int = 1
-    hi: int = 3
-    min_valid_trials: int = 6
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.lo <= self.hi <= self.k:
-            raise ValueError(f"band needs 0 ≤ lo ≤ hi ≤ k, got lo={self.lo} hi={self.hi} k={self.k}")
-        if not 1 <= self.min_valid_trials <= self.k:
-            raise ValueError(f"min_valid_trials must be in [1, k={self.k}], got {self.min_valid_trials}")
+from probes.band import Band, Side
 
 
 @dataclass(frozen=True)
@@ -49,17 +34,15 @@ class LabelValue:
 
     def side(self, band: Band) -> str | None:
         """``too_hard`` below the band, ``too_easy`` above it, ``None`` inside or unlabelled."""
-        if self.in_band is None or self.in_band:
-            return None
-        return "too_hard" if self.solved < band.lo else "too_easy"
+        side = band.side(self.solved, self.valid_trials)
+        return side.value if side in (Side.TOO_EASY, Side.TOO_HARD) else None
 
 
 def compute_label(outcomes: Sequence[str], band: Band) -> LabelValue:
     """Label from trial outcomes (``pass``/``fail``/``null``); ``null`` trials are excluded."""
     solved = sum(1 for o in outcomes if o == "pass")
     valid = sum(1 for o in outcomes if o in ("pass", "fail"))
-    in_band = None if valid < band.min_valid_trials else band.lo <= solved <= band.hi
-    return LabelValue(solved, valid, in_band)
+    return LabelValue(solved, valid, band.in_band(solved, valid))
 
 
 def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:

@@ -21,13 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from probes import (
     ARCHITECTURES,
     BALANCES,
+    Band,
     DatasetError,
     ExtractionConfig,
     FeatureCache,
     FeatureExtractor,
     FeatureSpec,
     FrozenReference,
-    LabelBand,
     LabelledText,
     Probe,
     ProbeArtifactError,
@@ -68,9 +68,9 @@ def _csv(kind: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter
     return parse
 
 
-def _band(band: str, k: int) -> LabelBand:
+def _band(band: str, k: int) -> Band:
     try:
-        return LabelBand.parse(band, k)
+        return Band.parse(band, k)
     except ValueError as exc:
         raise click.UsageError(f"--band/--k: {exc}") from exc
 
@@ -209,7 +209,7 @@ def _probe(
     reference: FrozenReference,
     spec: FeatureSpec,
     head: Any,
-    band: LabelBand,
+    band: Band,
     rows: Sequence[LabelledText],
     metrics: dict[str, Any],
     name: str,
@@ -351,7 +351,7 @@ def _report_if_labelled(rows: list[tuple[TextInput, dict[str, Any]]], prob: np.n
     if not all(isinstance(raw.get("solves"), int) and isinstance(raw.get("k"), int) for _, raw in rows):
         return
     first = scorer.ensemble.members[0]
-    band = LabelBand(first.band[0], first.band[1], first.k)
+    band = Band(first.k, first.band[0], first.band[1])
     try:
         labels = np.array([band.label(raw["solves"], raw["k"]) for _, raw in rows])
     except ValueError as exc:

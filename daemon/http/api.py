@@ -23,6 +23,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
+from probes.band import Band
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -193,9 +194,7 @@ def _queue_routes(app: FastAPI) -> None:
 
 
 def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
-    lo, hi = ctx.band
-    rate = body.solved / body.n
-    in_band = lo / ctx.k <= rate <= hi / ctx.k
+    in_band = Band(ctx.k, *ctx.band).in_band(body.solved, body.n)
     repo.upsert_label(s, task_id, body.solver, "consumer", k=body.n, solved=body.solved, valid_trials=body.n,
                       band=ctx.band, in_band=in_band)
 

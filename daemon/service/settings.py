@@ -12,9 +12,9 @@ from typing import Any
 
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
+from probes.band import Band
 from workers.runtime import WorkerSettings
 
 

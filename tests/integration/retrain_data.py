@@ -10,10 +10,11 @@ from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.retrain import RetrainSpec
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band, harvest_labels, run_spotcheck
+from curriculum.spotcheck import harvest_labels, run_spotcheck
 from curriculum.store import repo
 from curriculum.store.db import Store
 from probes import FrozenReference
+from probes.band import Band
 
 BAND = Band(8, 1, 3, 6)
 

@@ -17,7 +17,6 @@ from curriculum.domains.base import Task
 from curriculum.retrain import RetrainSpec, job_outcome, run_retrain
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeRow, QueueItem, TaskRow
@@ -26,6 +25,7 @@ from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
 from daemon.service.retrainer import InProcessRetrainer
 from daemon.service.spot import InProcessSpotChecker
 from probes import FeatureExtractor, FrozenReference
+from probes.band import Band
 from propel_sdk.schema import FrontierTask
 from tests.integration.retrain_data import tiny_reference
 

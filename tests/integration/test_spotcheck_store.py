@@ -7,10 +7,11 @@ from sqlalchemy import select
 
 from curriculum.domains.arith import ArithDomain
 from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import Band, false_positives, harvest_labels, run_spotcheck
+from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, SolverTrial
+from probes.band import Band
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from curriculum.rewards import (
     zero_spread_share,
 )
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import Band
 from probes import ProbeEnsemble, ProbeScorer
+from probes.band import Band
 from tests.unit.rl.conftest import arith_texts, train_test_probe
 
 VALID = ["1+2", "12*3-4", "(5+6)*7", "9-8"]
