@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from curriculum.spotcheck import LabelValue, false_positives
-from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig, evaluate, train_probe
+from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig
 from probes.band import Band
+from probes.fit import fit_probe
 
 
 class InsufficientAuxData(ValueError):
@@ -110,24 +111,9 @@ def train_aux_probe(samples: Sequence[LabelledSample], extractor: FeatureExtract
     data = build_aux_dataset(samples, band, threshold, collapse_topic, extra_positives, extra_negatives)
     config = config or TrainConfig(seed=0)
     x = extractor.extract(data.texts, [spec])[spec]
-    train_idx, val_idx = _split(data.labels, val_share, config.seed)
-    x_val = x[val_idx] if val_idx.size else None
-    y_val = data.labels[val_idx] if val_idx.size else None
-    result = train_probe(x[train_idx], data.labels[train_idx], arch, "weighted", config, x_val, y_val)
-    metrics: dict[str, Any] = {"train_rows": int(result.train_rows), "best_epoch": result.best_epoch}
-    if val_idx.size and len(set(data.labels[val_idx].tolist())) == 2:
-        metrics |= evaluate(data.labels[val_idx], result.head.probabilities(x[val_idx])).to_dict()
-    ref = extractor.reference
-    probe = Probe(result.head, spec, ref.model_id, ref.fingerprint, ref.hidden_size, band=(band.lo, band.hi),
-                  k=band.k, name=name, training={"rows": len(data.texts), **data.summary}, metrics=metrics)
+    probe = fit_probe(x, data.labels, reference=extractor.reference, spec=spec, band=band, arch=arch,
+                      balance="weighted", config=config, name=name, val_share=val_share,
+                      training={"rows": len(data.texts), **data.summary})
+    metrics = probe.metrics
     return AuxProbeResult(probe, data, metrics)
 
-
-def _split(labels: np.ndarray, val_share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffled train/validation indices; no validation set when it would leave a class out of training."""
-    order = np.random.default_rng(seed).permutation(labels.size)
-    n_val = round(val_share * labels.size) if labels.size >= 10 else 0
-    train, val = np.sort(order[n_val:]), np.sort(order[:n_val])
-    if len(set(labels[train].tolist())) < 2:
-        return np.arange(labels.size), np.arange(0)
-    return train, val

@@ -34,8 +34,8 @@ from probes import (
     ProbeScorer,
     TrainConfig,
     save_probe,
-    train_probe,
 )
+from probes.fit import fit_probe
 
 log = logging.getLogger("propel.engine")
 
@@ -154,21 +154,9 @@ class PropelEngine:
         return [self.domain.reference_text(tasks[i]) for i in keep], [labels[i] for i in keep]
 
     def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(y))
-        cut = max(1, int(0.8 * len(y)))
-        tr, va = order[:cut], order[cut:]
-        has_val = len(set(y[va].tolist())) == 2
-        result = train_probe(x[tr], y[tr], self.cfg.probes.architecture, "downsample", TrainConfig(seed=seed),
-                             x[va] if has_val else None, y[va] if has_val else None)
-        metrics: dict[str, Any] = {"train_rows": int(result.train_rows)}
-        if has_val:
-            from probes.metrics import evaluate
-
-            metrics |= evaluate(y[va], result.head.probabilities(x[va])).to_dict()
-        return Probe(result.head, self.spec, self.reference.model_id, self.reference.fingerprint,
-                     self.reference.hidden_size, (self.band.lo, self.band.hi), self.band.k, name=name,
-                     training=training, metrics=metrics)
+        return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,
+                         arch=self.cfg.probes.architecture, config=TrainConfig(seed=seed), name=name,
+                         training=training)
 
     # ---- Engine protocol ---------------------------------------------------------------------
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
