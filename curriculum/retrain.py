@@ -3,8 +3,9 @@ and in a Celery ``retrain`` worker (distributed mode).
 
 The leader writes a ``pending`` :class:`~curriculum.store.models.RetrainJob` row with a
 :class:`RetrainSpec`, then either calls :func:`run_retrain` itself or sends the spec to the run's
-``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run (with the primary
-probe's probability), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
+``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run and the false positives
+the leader recorded in the ``false_positives`` table (the negatives; the leader marks them consumed
+when it activates the probe), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
 frozen reference, saves the artifact under ``spec.artifact_dir``, registers it **inactive** and
 records the outcome on the job row. The leader activates a ``done`` probe (it owns the reward).
 
@@ -26,7 +27,7 @@ from sqlalchemy import select, update
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
 from curriculum.spotcheck import Band, LabelValue
-from curriculum.store import repo
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
@@ -109,18 +110,17 @@ def finish_job(store: Store, name: str, state: str, reason: str | None = None) -
 
 
 def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSample]:
-    """Every spot-check-labelled valid task of the run, as reference text + primary-probe probability.
+    """Every spot-check-labelled valid task of the run, as reference text + its current ensemble probability.
 
     All of them, not only the newest: the new aux probe replaces the previous one, so it must keep
     refusing what the earlier ones refused.
     """
     with store.session() as s:
-        primary = repo.primary_probe_id(s, run_id)
         rows = s.execute(
             select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, Label.solved, Label.valid_trials,
-                   Label.in_band, ProbeScore.probability)
+                   Label.in_band, ProbeScore.probability).select_from(TaskRow)
             .join(Label, Label.task_id == TaskRow.id)
-            .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
+            .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
             .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
                    Label.in_band.is_not(None))).all()
     return [LabelledSample(r.id, domain.reference_text(Task(domain.name, r.text, dict(r.payload or {}))), True,
@@ -139,11 +139,13 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
                    f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
         return _outcome(store, spec.name)
     samples = load_samples(store, spec.run_id, domain)
+    with store.session() as s:  # the false positives the leader recorded, consumed ones too (see load_samples)
+        recorded = lineage.false_positive_tasks(s, spec.run_id)
     topic = dominant_topic(samples)[0] if spec.collapse_topic else None
     try:
         result = train_aux_probe(samples, extractor, FeatureSpec(layer=spec.layer, pooling=spec.pooling), spec.band,
                                  threshold=spec.threshold, collapse_topic=topic, arch=spec.arch,
-                                 config=TrainConfig(seed=spec.seed), name=spec.name)
+                                 config=TrainConfig(seed=spec.seed), name=spec.name, false_positive_ids=recorded)
     except InsufficientAuxData as err:
         finish_job(store, spec.name, "skipped", str(err))
         return _outcome(store, spec.name)

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from curriculum import retrain
 from curriculum.diversity import collapse_metrics
-from curriculum.domains.base import Task
+from curriculum.domains.base import Task, Validity
 from curriculum.spotcheck import (
     Band,
     budget_left,
@@ -28,11 +28,19 @@ from curriculum.spotcheck import (
     select_candidates,
     trials_since,
 )
-from curriculum.store import queue, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
+from curriculum.store.models import (
+    Label,
+    MetricPoint,
+    ProbeEnsembleRow,
+    ProbeScore,
+    QueueItem,
+    SolverTrial,
+    TaskRow,
+)
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
-from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
+from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
@@ -137,39 +145,48 @@ class Driver:
 
     def _phase_sample(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         texts = self.engine.sample(self.s.sample_size, seed=self.s.seed * 100_003 + cycle)
-        validities = self.engine.domain.validate_batch(texts)
-        valid_idx = [i for i, v in enumerate(validities) if v.valid]
-        ref_texts = [self.engine.domain.reference_text(validities[i].task) for i in valid_idx]
-        scored = self.engine.score(ref_texts) if ref_texts else None
-        prov = self.engine.provenance()
-        new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
-                            payload=v.task.payload, invalid_reason=v.reason,
-                            topic=self.engine.domain.topic(v.task) if v.valid else None, cycle=cycle,
-                            generator_step=prov.get("generator_step"), adapter_hash=prov.get("adapter_hash"))
-               for v in validities]
-        with self.store.session() as s:
-            ids = repo.add_tasks(s, self.run_id, new)
-            primary = repo.primary_probe_id(s, self.run_id)
-            if scored is not None and primary is not None:
-                repo.record_probe_scores(s, primary, [(ids[i], lg, p) for i, lg, p in
-                                                      zip(valid_idx, scored.logits, scored.probabilities, strict=True)])
-        values, counters["dominant_topic"] = self._sample_metrics(texts, validities, valid_idx)
+        checks, scored = self._validate_and_score(texts)
+        self._store_sample(cycle, checks, scored)
+        values, counters["dominant_topic"] = self._sample_metrics(texts, checks, scored)
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
         self._record(cycle, values)
         self._advance("sample", cycle, counters)
         return values
 
-    def _sample_metrics(self, texts: list[str], validities: Sequence[Any], valid_idx: list[int]
+    def _validate_and_score(self, texts: Sequence[str]) -> tuple[list[Validity], Scored | None]:
+        """The sample's one validate-and-score pass: every later use (stored rows, reward, RVP) reads it."""
+        checks = list(self.engine.domain.validate_batch(list(texts)))
+        ref_texts = [self.engine.domain.reference_text(v.task) for v in checks if v.valid]
+        return checks, (self.engine.score(ref_texts) if ref_texts else None)
+
+    def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None) -> None:
+        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage)."""
+        prov = self.engine.provenance()
+        new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
+                            payload=v.task.payload, invalid_reason=v.reason,
+                            topic=self.engine.domain.topic(v.task) if v.valid else None, cycle=cycle,
+                            generator_step=prov.get("generator_step"), adapter_hash=prov.get("adapter_hash"))
+               for v in checks]
+        valid_idx = [i for i, v in enumerate(checks) if v.valid]
+        with self.store.session() as s:
+            ids = repo.add_tasks(s, self.run_id, new)
+            if scored is not None:
+                ensemble_id = lineage.record_ensemble(s, self.run_id, scored.ensemble)
+                lineage.record_probe_scores(s, ensemble_id, [(ids[i], lg, p) for i, lg, p in
+                                                             zip(valid_idx, scored.logits, scored.probabilities,
+                                                                 strict=True)])
+
+    def _sample_metrics(self, texts: list[str], checks: Sequence[Validity], scored: Scored | None
                         ) -> tuple[dict[str, float], str | None]:
         """Validity, RVP (variance of the exact reward) and the fixed-size-sample diversity metrics."""
-        valid_tasks = [validities[i].task for i in valid_idx]
+        valid_tasks = [v.task for v in checks if v.valid]
         diversity = collapse_metrics([t.text for t in valid_tasks], [self.engine.domain.topic(t) for t in valid_tasks],
                                      sample_size=self.s.diversity_sample_size, seed=self.s.seed)
-        rewards = self.engine.rewards(texts)
+        rewards = self.engine.rewards(checks, scored)
         mean = sum(rewards) / len(rewards) if rewards else 0.0
         var = sum((r - mean) ** 2 for r in rewards) / len(rewards) if rewards else 0.0
-        values = {"validity": len(valid_idx) / max(1, len(texts)), "reward_mean": mean, "reward_var": var,
+        values = {"validity": len(valid_tasks) / max(1, len(texts)), "reward_mean": mean, "reward_var": var,
                   **diversity.as_metrics()}
         return values, diversity.dominant_topic
 
@@ -177,12 +194,11 @@ class Driver:
         values = self._harvest(cycle, counters)
         pending = set(counters.get("spotcheck_pending", []))
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id,
                                                       SolverTrial.solver_id == self.spot.solver_id)
             rows = s.execute(
-                select(TaskRow.id, ProbeScore.probability)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
+                select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
+                .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
         budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
@@ -218,15 +234,12 @@ class Driver:
             return {}
         labels = harvest_labels(self.store, pending, self.spot.solver_id, self.s.band)
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
-            probs = {t: p for t, p in s.execute(select(ProbeScore.task_id, ProbeScore.probability).where(
-                ProbeScore.task_id.in_(list(labels)), ProbeScore.probe_id == primary))}
-            labelled = [(t, True, float(probs.get(t, 0.0)), lab) for t, lab in labels.items()]
+            scores = lineage.latest_scores(s, list(labels))
+            labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
             fps = false_positives(labelled, self.s.frontier_threshold, self.s.band)
-            if primary is not None:
-                repo.add_false_positives(s, primary, fps)
+            lineage.add_false_positives(s, [(t, scores[t][0], side, solved, k, p)  # a false positive was scored
+                                            for t, side, solved, k, p in fps])
         counters["spotcheck_pending"] = sorted(set(pending) - set(labels))
-        counters["fp_since_retrain"] = int(counters.get("fp_since_retrain", 0)) + len(fps)
         known = [lab for lab in labels.values() if lab.in_band is not None]
         high = [t for t, _, p, lab in labelled if p >= self.s.frontier_threshold and lab.in_band is not None]
         out = {"labelled": float(len(labels)), "false_positives": float(len(fps))}
@@ -247,7 +260,7 @@ class Driver:
         values = self._collect_retrain(counters)
         if counters.get("retrain_job") is None:
             forced = bool(counters.pop("force_retrain", False))
-            if should_retrain(int(counters.get("fp_since_retrain", 0)), self.s.retrain_min_false_positives, forced):
+            if should_retrain(self._unconsumed_false_positives(), self.s.retrain_min_false_positives, forced):
                 spec = self._retrain_spec(cycle, forced)
                 retrain.create_job(self.store, spec)
                 counters["retrain_job"] = spec.name
@@ -261,6 +274,11 @@ class Driver:
         self._record(cycle, values)
         self._advance("retrain", cycle, counters)
         return values
+
+    def _unconsumed_false_positives(self) -> int:
+        """False positives no active aux probe was trained on (the ``false_positives`` table is the source)."""
+        with self.store.session() as s:
+            return len(lineage.false_positive_tasks(s, self.run_id, unconsumed_only=True))
 
     def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec:
         ref, band = self.engine.reference_info(), self.s.band
@@ -304,10 +322,8 @@ class Driver:
         with self.store.session() as s:
             primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
             repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
-            s.execute(update(FalsePositive).where(FalsePositive.task_id.in_(list(job.false_positive_ids)))
-                      .values(consumed=True))
+            lineage.mark_false_positives_consumed(s, self.run_id, list(job.false_positive_ids))
         self._reload_probes()
-        counters["fp_since_retrain"] = 0
         log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
         return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
 
@@ -320,11 +336,11 @@ class Driver:
     def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
             rows = s.execute(
-                select(TaskRow, ProbeScore.probability, Label.in_band, Label.solved, Label.valid_trials,
-                       Label.solver_id)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary))
+                select(TaskRow, ProbeScore.probability, ProbeEnsembleRow.key.label("ensemble_key"), Label.in_band,
+                       Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
+                .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
+                .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
@@ -345,6 +361,7 @@ class Driver:
         return values
 
     def _message(self, r: Any, prov: dict[str, Any]) -> dict[str, Any]:
+        """The frontier message; its ensemble is the one whose score it carries, not the one loaded now."""
         task = r.TaskRow
         check = None if r.in_band is None and r.solved is None else SpotCheck(
             solver=r.solver_id, solved=r.solved, valid_trials=r.valid_trials, k=self.s.band.k, in_band=r.in_band)
@@ -354,7 +371,6 @@ class Driver:
             grading=dict(task.payload), predicted_in_band=float(r.probability), spot_check=check, topic=task.topic,
             band=(self.s.band.lo, self.s.band.hi), k=self.s.band.k, created_at=task.created_at,
             provenance=Provenance(generator_step=task.generator_step, adapter_hash=task.adapter_hash,
-                                  probe_ensemble_id=prov.get("probe_ensemble_id"),
-                                  reference_model=self.s.reference_model,
+                                  probe_ensemble_id=r.ensemble_key, reference_model=self.s.reference_model,
                                   reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
         return msg.model_dump(mode="json")

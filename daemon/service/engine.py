@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.domains.base import Domain, get_domain
-from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
+from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.rewards import HardGateReward, ProbeOnlyReward, ProbeReward, SoftGateReward
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
+from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
 from daemon.service.settings import band, build_configured_solver, sampling
@@ -104,13 +105,14 @@ class PropelEngine:
         return texts
 
     def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
+        self.ensemble = EnsembleSpec(self.cfg.probes.ensemble, tuple(artifact_uris), tuple(aux_uris))
         self.scorer = ProbeScorer.from_artifacts(self.reference, list(artifact_uris), self.cfg.probes.ensemble,
                                                  list(aux_uris))
         group = self.cfg.rl.num_generations
         margin = self.cfg.rl.invalid_floor_margin
         texts = self.calibration_texts
         if self.cfg.rl.reward == "hard_gate":
-            self.reward: Any = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
+            self.reward: ProbeReward = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
         elif self.cfg.rl.reward == "soft_gate":
             self.reward = SoftGateReward(self.domain, self.scorer, group)
         else:
@@ -194,15 +196,16 @@ class PropelEngine:
 
     def score(self, texts: Sequence[str]) -> Scored:
         scores = self.scorer.score(list(texts))
-        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities])
+        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities], self.ensemble)
 
-    def rewards(self, completions: Sequence[str]) -> list[float]:
-        values = self.reward([""] * len(completions), list(completions))
-        return [float(v) for v in values if v is not None]
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        if scored is None:
+            return self.reward.from_valid_scores(checks, [], [])
+        return self.reward.from_valid_scores(checks, scored.logits, scored.probabilities)
 
     def provenance(self) -> dict[str, Any]:
         return {"generator_step": self.trainer.global_step, "adapter_hash": self.trainer.adapter_hash(),
-                "probe_ensemble_id": self.scorer.ensemble.ensemble_id,
+                "probe_ensemble_id": self.ensemble.key,
                 "reference_fingerprint": self.reference.fingerprint}
 
     def reference_info(self) -> ReferenceInfo:

@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from curriculum.domains.arith import ArithDomain
 from curriculum.retrain import RetrainSpec, carry_out, create_job, job_outcome, run_retrain
+from curriculum.store import lineage
 from curriculum.store.db import Store
-from curriculum.store.models import ProbeRow, RetrainJob
+from curriculum.store.models import FalsePositive, ProbeRow, RetrainJob
 from probes import FeatureExtractor, load_probe
 from tests.integration.retrain_data import seed_labelled_run, spec_for, tiny_reference
 from workers.local import start_worker, stop
@@ -38,9 +39,9 @@ def test_retrain_registers_an_inactive_aux_probe_once(store: Store, tmp_path: Pa
 
 
 def test_retrain_without_labels_is_skipped_with_the_reason(store: Store, tmp_path: Path) -> None:
-    run_id, _ = seed_labelled_run(store, n_tasks=4)
+    run_id, _ = seed_labelled_run(store, n_tasks=4, fp_threshold=1.01)  # no false positive recorded
     ref = tiny_reference()
-    out = run_retrain(store, spec_for(run_id, ref, tmp_path, threshold=1.0), ArithDomain(), FeatureExtractor(ref))
+    out = run_retrain(store, spec_for(run_id, ref, tmp_path), ArithDomain(), FeatureExtractor(ref))
     assert out.state == "skipped" and out.probe_id is None
     assert out.reason is not None and "both classes" in out.reason
 
@@ -125,3 +126,14 @@ def test_celery_worker_trains_and_reports_failures(tmp_path: Path, pg_store: Sto
     assert done is not None and done.state == "done" and done.probe_id is not None, log.read_text()[-3000:]
     assert (tmp_path / "probes" / good.name).exists()
     assert failed is not None and failed.state == "failed" and failed.reason and "nope" in failed.reason
+
+
+def test_retrain_takes_its_negatives_from_the_false_positives_table(store: Store, tmp_path: Path) -> None:
+    run_id, _ = seed_labelled_run(store)
+    with store.session() as s:
+        recorded = lineage.false_positive_tasks(s, run_id)
+        dropped = recorded[0]  # a false positive the table no longer holds is not re-mined from its label
+        s.execute(delete(FalsePositive).where(FalsePositive.task_id == dropped))
+    ref = tiny_reference()
+    out = run_retrain(store, spec_for(run_id, ref, tmp_path), ArithDomain(), FeatureExtractor(ref))
+    assert out.state == "done" and sorted(out.false_positive_ids) == recorded[1:]
