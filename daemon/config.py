@@ -173,6 +173,10 @@ class SpotCheckConfig(_Section):
     budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
     budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
     probe_high_share: float = Field(default=0.75, ge=0, le=1)
+    deadline_s: float = Field(default=3600.0, gt=0, description="a dispatched spot-check with no label after "
+                              "this long is sent again (only its missing trials are attempted)")
+    redispatches: int = Field(default=1, ge=0, description="times a late spot-check is sent again before it is "
+                              "abandoned (counted in propel_spotchecks_abandoned_total)")
 
     @model_validator(mode="after")
     def _band(self) -> SpotCheckConfig:

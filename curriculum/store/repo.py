@@ -106,6 +106,12 @@ def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
     return inserted
 
 
+def trial_count(sess: Session, run_id: int) -> int:
+    """Solver trials stored for the run's tasks (every solver)."""
+    q = select(func.count()).select_from(SolverTrial).join(TaskRow, TaskRow.id == SolverTrial.task_id)
+    return int(sess.execute(q.where(TaskRow.run_id == run_id)).scalar_one())
+
+
 def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
                  valid_trials: int, band: tuple[int, int], in_band: bool | None) -> None:
     """Create or overwrite the label of ``(task, solver, source)``."""

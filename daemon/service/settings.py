@@ -72,4 +72,5 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
         probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
-        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
+        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
+        spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches)

@@ -156,7 +156,7 @@ def test_three_cycles(store: Store, tmp_path: Path) -> None:
     driver, engine = make_driver(store, tmp_path)
     phases = [driver.tick().phase for _ in range(15)]
     assert phases == ["rl", "sample", "spotcheck", "retrain", "emit"] * 3
-    phase, cycle, counters = driver.state()
+    phase, cycle, state = driver.state()
     assert (phase, cycle) == ("rl", 3)
     with store.session() as s:
         tasks = s.execute(select(func.count()).select_from(TaskRow)).scalar_one()
@@ -168,7 +168,7 @@ def test_three_cycles(store: Store, tmp_path: Path) -> None:
         metric_names = set(s.scalars(select(MetricPoint.name).where(MetricPoint.cycle == 2)))
     assert tasks > 60 and invalid >= 1 and labels >= 40
     assert fps >= 3 and aux and engine.loaded and engine.loaded[-1][1] == [aux[-1].artifact_uri]
-    assert counters["emitted_total"] == len(msgs) > 0
+    assert state.totals.emitted == len(msgs) > 0
     assert len({m["id"] for m in msgs}) == len(msgs)
     for m in msgs:
         FrontierTask.model_validate(m)
@@ -187,7 +187,7 @@ def test_rerunning_a_phase_duplicates_nothing(store: Store, tmp_path: Path) -> N
     # a crash right after the emit phase's writes but "before" the transition: replay cycle 0's phases
     for phase in ("sample", "spotcheck", "emit"):
         with store.session() as s:
-            repo.save_state(s, driver.run_id, phase=phase, cycle=0, counters=driver.state()[2])
+            repo.save_state(s, driver.run_id, phase=phase, cycle=0, counters=driver.state()[2].stored())
         driver.tick()
     with store.session() as s:
         after = (s.execute(select(func.count()).select_from(TaskRow)).scalar_one(),
@@ -212,8 +212,8 @@ def test_broker_down_defers_spotchecks_and_rl_goes_on(store: Store, tmp_path: Pa
     driver.spot = DownBroker()
     for _ in range(10):
         driver.tick()
-    _, cycle, counters = driver.state()
-    assert cycle == 2 and counters["spotcheck_undispatched"] and driver.spot.calls == 2
+    _, cycle, state = driver.state()
+    assert cycle == 2 and state.spotcheck_undispatched and driver.spot.calls == 2
 
 
 def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
@@ -231,8 +231,8 @@ def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tm
     driver, engine = make_driver(store, tmp_path, retrainer=queued)
     _tick_to(driver, "retrain", 0)
     driver.tick()
-    counters = driver.state()[2]
-    assert len(queued.specs) == 1 and counters["retrain_job"] == queued.specs[0].name
+    state = driver.state()[2]
+    assert len(queued.specs) == 1 and state.retrain_job == queued.specs[0].name
     assert not _aux(store) and engine.loaded == []
     _tick_to(driver, "retrain", 1)
     assert driver.tick().values["retrain_pending"] == 1.0  # the worker has not run: still pending
@@ -248,18 +248,19 @@ def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tm
     assert engine.loaded[-1][1] == [aux[0].artifact_uri]
     with store.session() as s:
         consumed = set(s.scalars(select(FalsePositive.task_id).where(FalsePositive.consumed)))
-    assert consumed == set(worker.false_positive_ids) and "retrain_job" not in driver.state()[2]
+    assert consumed == set(worker.false_positive_ids) and driver.state()[2].retrain_job is None
 
 
 def test_retrain_dispatch_is_retried_when_the_broker_is_down(store: Store, tmp_path: Path) -> None:
     queued = QueuedRetrainer(fail_first=1)
     driver, _ = make_driver(store, tmp_path, retrainer=queued)
     _tick_to(driver, "emit", 0)
-    counters = driver.state()[2]
-    assert counters["retrain_undispatched"] and queued.specs == [] and job_outcome(store, counters["retrain_job"])
+    state = driver.state()[2]
+    assert state.retrain_undispatched and queued.specs == [] and state.retrain_job
+    assert job_outcome(store, state.retrain_job)
     _tick_to(driver, "emit", 1)
-    assert [s.name for s in queued.specs] == [counters["retrain_job"]]  # the same job, re-sent
-    assert driver.state()[2]["retrain_undispatched"] is False
+    assert [s.name for s in queued.specs] == [state.retrain_job]  # the same job, re-sent
+    assert driver.state()[2].retrain_undispatched is False
 
 
 def test_a_retrain_with_no_outcome_is_given_up_after_the_timeout(store: Store, tmp_path: Path) -> None:
