@@ -6,7 +6,7 @@ The leader writes a ``pending`` :class:`~curriculum.store.models.RetrainJob` row
 ``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run and the false positives
 the leader recorded in the ``false_positives`` table (the negatives; the leader marks them consumed
 when it activates the probe), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
-frozen reference, saves the artifact under ``spec.artifact_dir``, registers it **inactive** and
+frozen reference, puts the artifact in the content-addressed artifact store, registers it **inactive** and
 records the outcome on the job row. The leader activates a ``done`` probe (it owns the reward).
 
 Idempotent: a redelivered message for a finished job returns the recorded outcome; the probe name is
@@ -16,6 +16,7 @@ unique, so a job killed between saving and recording re-registers the same row.
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from curriculum.artifacts import ArtifactStore
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
 from curriculum.spotcheck import Band, LabelValue
@@ -35,6 +37,9 @@ from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
 log = logging.getLogger("propel.retrain")
 
 
+_RETIRED_SPEC_KEYS = ("artifact_dir",)  # jobs written before the artifact store (probes now go to the store)
+
+
 @dataclass(frozen=True)
 class RetrainSpec:
     """What one retrain needs besides the store and the domain (JSON-safe: it is the Celery message)."""
@@ -42,7 +47,7 @@ class RetrainSpec:
     run_id: int
     name: str
     cycle: int
-    reference: str  # model path or hub id of the frozen reference the probe reads
+    reference: str  # hub id, or the content address of a local reference model (fetched from the artifact store)
     reference_fingerprint: str  # the worker refuses a reference whose weights differ
     layer: int
     pooling: str
@@ -53,7 +58,6 @@ class RetrainSpec:
     threshold: float
     arch: str
     collapse_topic: bool  # also use the dominant topic family as negatives (collapse mitigation)
-    artifact_dir: str
     seed: int = 0
 
     @property
@@ -65,6 +69,7 @@ class RetrainSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetrainSpec:
+        data = {k: v for k, v in data.items() if k not in _RETIRED_SPEC_KEYS}
         unknown = set(data) - {f.name for f in fields(cls)}
         missing = {f.name for f in fields(cls) if f.default is MISSING} - set(data)
         if unknown or missing:
@@ -109,6 +114,13 @@ def finish_job(store: Store, name: str, state: str, reason: str | None = None) -
                   .values(state=state, reason=reason, finished_at=datetime.now(UTC)))
 
 
+def reject_job(store: Store, name: str, reason: str) -> None:
+    """Mark a ``done`` job ``failed`` (its probe could not be activated: e.g. not in the leader's store)."""
+    with store.session() as s:
+        s.execute(update(RetrainJob).where(RetrainJob.name == name, RetrainJob.state == "done")
+                  .values(state="failed", reason=reason))
+
+
 def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSample]:
     """Every spot-check-labelled valid task of the run, as reference text + its current ensemble probability.
 
@@ -128,8 +140,12 @@ def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSamp
             for r in rows]
 
 
-def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor) -> RetrainOutcome:
-    """Carry out the job ``spec.name`` (created first if missing); returns its recorded outcome."""
+def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor,
+                artifacts: ArtifactStore) -> RetrainOutcome:
+    """Carry out the job ``spec.name`` (created first if missing); returns its recorded outcome.
+
+    The probe goes to ``artifacts`` and is registered under its content address, so the leader
+    fetches (and verifies) it from the store, whatever machine trained it."""
     create_job(store, spec)
     known = job_outcome(store, spec.name)
     if known is not None and known.state != "pending":
@@ -149,10 +165,11 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
     except InsufficientAuxData as err:
         finish_job(store, spec.name, "skipped", str(err))
         return _outcome(store, spec.name)
-    path = save_probe(result.probe, Path(spec.artifact_dir) / spec.name)
+    with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
+        uri = artifacts.put_tree(save_probe(result.probe, Path(tmp) / spec.name))
     fp_ids = result.dataset.false_positive_ids
     with store.session() as s:
-        pid = repo.register_probe(s, spec.name, "aux", str(path), spec.reference_fingerprint,
+        pid = repo.register_probe(s, spec.name, "aux", uri, spec.reference_fingerprint,
                                   {"metrics": result.metrics, "training": result.dataset.summary, "cycle": spec.cycle},
                                   run_id=spec.run_id)
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
@@ -161,16 +178,17 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
     return _outcome(store, spec.name)
 
 
-def carry_out(store: Store, spec: RetrainSpec, domain: Domain,
-              extractor: Callable[[str], FeatureExtractor]) -> RetrainOutcome:
+def carry_out(store: Store, spec: RetrainSpec, domain: Domain, extractor: Callable[[str], FeatureExtractor],
+              artifacts: Callable[[], ArtifactStore]) -> RetrainOutcome:
     """:func:`run_retrain` with any error recorded on the job (``failed`` + the error) instead of raised.
 
     ``extractor(spec.reference)`` gives the feature extractor (a worker loads the reference here, so
-    a reference that cannot load is a recorded failure too). The leader moves on at its next retrain
+    a reference that cannot load is a recorded failure too); ``artifacts()`` the artifact store (an
+    unusable ``artifacts.url`` is a recorded failure as well). The leader moves on at its next retrain
     phase instead of waiting for the timeout.
     """
     try:
-        return run_retrain(store, spec, domain, extractor(spec.reference))
+        return run_retrain(store, spec, domain, extractor(spec.reference), artifacts())
     except Exception as err:
         log.exception("retrain %s failed", spec.name)
         create_job(store, spec)

@@ -19,10 +19,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, aliased
 
+from curriculum.artifacts import is_cas_uri, parse_cas_uri
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import FP_SIDES, FalsePositive, ProbeEnsembleRow, ProbeRow, ProbeScore, utcnow
-
-CAS_PREFIX = "cas://sha256/"
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class EnsembleSpec:
 
 def artifact_sha256(uri: str) -> str | None:
     """The content address of a ``cas://sha256/<hex>`` URI; None for a plain path."""
-    return uri[len(CAS_PREFIX):] if uri.startswith(CAS_PREFIX) else None
+    return parse_cas_uri(uri) if is_cas_uri(uri) else None
 
 
 def record_ensemble(sess: Session, run_id: int | None, spec: EnsembleSpec) -> int:

@@ -67,7 +67,6 @@ class DriverSettings:
     diversity_sample_size: int = 256
     reference_model: str = ""
     probe_arch: str = "mlp"
-    probe_dir: str = "probes"  # aux-probe artifacts (distributed: a path the workers share)
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
     spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
     spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
@@ -348,8 +347,7 @@ class Driver:
             run_id=self.run_id, name=f"{self.s.run_name}-aux-c{cycle}", cycle=cycle, reference=ref.model,
             reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
             band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
-            arch=self.s.probe_arch, collapse_topic=collapse_topic, artifact_dir=self.s.probe_dir,
-            seed=self.s.seed + cycle)
+            arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle)
 
     def _submit_retrain(self, spec: retrain.RetrainSpec, state: DriverState) -> bool:
         """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
@@ -382,13 +380,27 @@ class Driver:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
         with self.store.session() as s:
+            before = [p.id for p in repo.active_probes(s, self.run_id)]
             primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
             repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
+        try:
+            self._reload_probes()
+        except ValueError as err:  # the probe cannot be fetched or verified here: keep the current reward
+            return self._reject_probe(job.name, before, err)
+        with self.store.session() as s:
             lineage.mark_false_positives_consumed(s, self.run_id, list(job.false_positive_ids))
-        self._reload_probes()
         state.totals.retrains += 1
         log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
         return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
+
+    def _reject_probe(self, job_name: str, previous: list[int], err: Exception) -> dict[str, float]:
+        """Restore the previous active set and record the finished job as failed, with the reason."""
+        log.warning("aux probe %s cannot be activated: %s", job_name, err)
+        with self.store.session() as s:
+            repo.set_active_probes(s, previous, self.run_id)
+        self._reload_probes()
+        retrain.reject_job(self.store, job_name, f"activation failed: {err}")
+        return {"retrained": 0.0, "retrain_failed": 1.0}
 
     def _reload_probes(self) -> None:
         with self.store.session() as s:

@@ -44,7 +44,7 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
     from daemon.service.retrainer import CeleryRetrainer, InProcessRetrainer
 
     if cfg.broker.embedded:
-        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor)
+        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor, engine.artifacts)
     return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
 
 

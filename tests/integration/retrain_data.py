@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from curriculum.artifacts import ArtifactStore, open_artifacts
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.retrain import RetrainSpec
 from curriculum.solvers import build_solver
@@ -61,12 +62,17 @@ def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60,
     return run_id, ids
 
 
-def spec_for(run_id: int, reference: FrozenReference, artifact_dir: Path, name: str = "rt-aux-c0",
+def artifacts_for(store: Store, work_dir: Path) -> ArtifactStore:
+    """The database artifact store (the distributed default) with a cache under ``work_dir``."""
+    return open_artifacts("db", store, work_dir / "artifact-cache")
+
+
+def spec_for(run_id: int, reference: FrozenReference, name: str = "rt-aux-c0",
              reference_path: str | None = None, **overrides: object) -> RetrainSpec:
     values: dict[str, object] = dict(
         run_id=run_id, name=name, cycle=0, reference=reference_path or reference.model_id,
         reference_fingerprint=reference.fingerprint, layer=2, pooling="mean_full", k=BAND.k, band_lo=BAND.lo,
         band_hi=BAND.hi, min_valid_trials=BAND.min_valid_trials, threshold=0.5, arch="linear",
-        collapse_topic=False, artifact_dir=str(artifact_dir), seed=0)
+        collapse_topic=False, seed=0)
     values.update(overrides)
     return RetrainSpec(**values)  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ from daemon.service.retrainer import InProcessRetrainer
 from daemon.service.spot import InProcessSpotChecker
 from probes import FeatureExtractor, FrozenReference, Scores
 from propel_sdk.schema import FrontierTask
-from tests.integration.retrain_data import tiny_reference
+from tests.integration.retrain_data import artifacts_for, tiny_reference
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ class CountingArith(ArithDomain):
         super().__init__()
         self.validated = 0
 
-    def validate_batch(self, texts: Sequence[str]) -> list[Validity]:
+    def validate_batch(self, texts: list[str]) -> list[Validity]:
         self.validated += len(texts)
         return super().validate_batch(texts)
 
@@ -135,20 +135,21 @@ class QueuedRetrainer:
         self.specs.append(spec)
 
 
-def make_driver(store: Store, probe_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
+def make_driver(store: Store, work_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
     """The fake engine, in-process spot-checks with the synthetic solver, real retrains on the tiny
     reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
     settings = DriverSettings(**{
         "run_name": "drv", "sample_size": 40, "band": Band(8, 1, 3, 6), "budget_per_cycle": 20,
         "retrain_min_false_positives": 3, "min_probability": 0.3, "max_topic_share": 0.5,
-        "diversity_sample_size": 32, "probe_arch": "linear", "probe_dir": str(probe_dir), **kw})
+        "diversity_sample_size": 32, "probe_arch": "linear", **kw})
     with store.session() as s:
         run_id = repo.get_or_create_run(s, settings.run_name, "h", {})
         pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
         repo.set_active_probes(s, [pid], run_id)
     engine = FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
-    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))
+    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()),
+                                                artifacts_for(store, work_dir))
     return Driver(store, run_id, engine, spot, retrainer, settings), engine
 
 
@@ -237,7 +238,8 @@ def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tm
     _tick_to(driver, "retrain", 1)
     assert driver.tick().values["retrain_pending"] == 1.0  # the worker has not run: still pending
     assert len(queued.specs) == 1, "no second job while one is pending"
-    worker = run_retrain(store, queued.specs[0], engine.domain, FeatureExtractor(reference()))  # the worker
+    worker = run_retrain(store, queued.specs[0], engine.domain, FeatureExtractor(reference()),  # the worker
+                         artifacts_for(store, tmp_path / "worker"))
     assert worker.state == "done"
     _tick_to(driver, "rl", 2)
     steps_before = engine.step
