@@ -90,6 +90,15 @@ class DriverHooks:
         (``kl_factor``, ``force_retrain``, ``paused_topics``/``paused_by``)."""
 
 
+def merge_harvests(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """One phase's two harvests (before and after its dispatch): counts add up, ratios come from the
+    harvest that labelled anything (the later one when both did)."""
+    out = {**first, **{k: v for k, v in second.items() if second.get("labelled", 0.0) > 0 or k not in first}}
+    for key in ("labelled", "false_positives"):
+        out[key] = first.get(key, 0.0) + second.get(key, 0.0)
+    return out
+
+
 class Driver:
     """``metrics`` (optional) receives the Prometheus export; ``clock`` (aware UTC now) times spot-check
     and retrain deadlines, ``timer`` (seconds) the phases — both injectable for tests."""
@@ -224,7 +233,7 @@ class Driver:
         self._save("spotcheck", cycle, state)  # record the dispatch before it happens: a crash re-harvests
         retry = [t for t in state.spotcheck_undispatched if t in state.spotcheck_pending]
         self._dispatch_spotchecks(sorted(set(chosen) | set(again) | set(retry)), state)
-        values.update(self._harvest(state))  # in-process checks are done already
+        values = merge_harvests(values, self._harvest(state))  # in-process checks are done already
         values |= expired
         values["spotcheck_dispatched"] = float(len(chosen))
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
