@@ -4,7 +4,8 @@ The daemon's retrain phase calls :func:`train_aux_probe` with labelled samples o
 policy (spot-checked by the real solver). The recipe:
 
 * **false positives** — valid, probe probability ≥ ``threshold``, solve count outside the band —
-  are found with :func:`curriculum.spotcheck.false_positives`;
+  are found with :func:`curriculum.spotcheck.false_positives` (the daemon records them in its
+  ``false_positives`` table when it labels spot-checks and passes them in as ``false_positive_ids``);
 * **positives** — in-band labelled tasks (the current samples' plus, typically, the original
   probe-training corpus' positives passed as ``extra_positives``);
 * **negatives** — the false positives, plus (``collapse_topic``) the valid tasks of the dominant
@@ -19,7 +20,7 @@ Plain functions: no store, no Celery. The daemon does the I/O and registers the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,11 +78,19 @@ def dominant_topic(samples: Sequence[LabelledSample]) -> tuple[str | None, float
 
 def build_aux_dataset(samples: Sequence[LabelledSample], band: Band, threshold: float,
                       collapse_topic: str | None = None, extra_positives: Sequence[str] = (),
-                      extra_negatives: Sequence[str] = ()) -> AuxDataset:
-    """Positives and negatives for the aux probe (see the module docstring). Duplicates are dropped."""
-    labelled = [(s.task_id, s.valid, s.probability, s.label) for s in samples if s.label is not None]
-    fps = {fp[0] for fp in false_positives(labelled, threshold, band)}
+                      extra_negatives: Sequence[str] = (),
+                      false_positive_ids: Collection[int] | None = None) -> AuxDataset:
+    """Positives and negatives for the aux probe (see the module docstring). Duplicates are dropped.
+
+    ``false_positive_ids``: false positives already recorded (the daemon's ``false_positives``
+    table) — used as they are instead of being mined again from ``samples``' labels.
+    """
     by_id = {s.task_id: s for s in samples}
+    if false_positive_ids is None:
+        labelled = [(s.task_id, s.valid, s.probability, s.label) for s in samples if s.label is not None]
+        fps = {fp[0] for fp in false_positives(labelled, threshold, band)}
+    else:
+        fps = {t for t in false_positive_ids if t in by_id}
     positives = [s.text for s in samples if s.valid and s.label is not None and s.label.in_band]
     collapse_ids = [s.task_id for s in samples if collapse_topic is not None and s.valid and s.topic == collapse_topic
                     and not (s.label is not None and s.label.in_band) and s.task_id not in fps]
@@ -102,13 +111,15 @@ def build_aux_dataset(samples: Sequence[LabelledSample], band: Band, threshold: 
 def train_aux_probe(samples: Sequence[LabelledSample], extractor: FeatureExtractor, spec: FeatureSpec, band: Band,
                     threshold: float = 0.5, collapse_topic: str | None = None, extra_positives: Sequence[str] = (),
                     extra_negatives: Sequence[str] = (), arch: str = "mlp", config: TrainConfig | None = None,
-                    name: str = "aux-fp", val_share: float = 0.2) -> AuxProbeResult:
+                    name: str = "aux-fp", val_share: float = 0.2,
+                    false_positive_ids: Collection[int] | None = None) -> AuxProbeResult:
     """Mine false positives, build the aux set, train an aux head on frozen-reference features.
 
     ``samples[*].text`` must be the text the reference reads (``domain.reference_text(task)``).
     Returns the probe (same reference fingerprint as ``extractor``) with validation metrics.
     """
-    data = build_aux_dataset(samples, band, threshold, collapse_topic, extra_positives, extra_negatives)
+    data = build_aux_dataset(samples, band, threshold, collapse_topic, extra_positives, extra_negatives,
+                             false_positive_ids)
     config = config or TrainConfig(seed=0)
     x = extractor.extract(data.texts, [spec])[spec]
     probe = fit_probe(x, data.labels, reference=extractor.reference, spec=spec, band=band, arch=arch,

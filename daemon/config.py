@@ -25,6 +25,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "PROPEL_DATABASE_URL": ("store", "url"),
     "PROPEL_BROKER_URL": ("broker", "url"),
     "PROPEL_API_TOKEN": ("api", "token"),
+    "PROPEL_ARTIFACTS_URL": ("artifacts", "url"),
 }
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
@@ -173,6 +174,10 @@ class SpotCheckConfig(_Section):
     budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
     budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
     probe_high_share: float = Field(default=0.75, ge=0, le=1)
+    deadline_s: float = Field(default=3600.0, gt=0, description="a dispatched spot-check with no label after "
+                              "this long is sent again (only its missing trials are attempted)")
+    redispatches: int = Field(default=1, ge=0, description="times a late spot-check is sent again before it is "
+                              "abandoned (counted in propel_spotchecks_abandoned_total)")
 
     @model_validator(mode="after")
     def _band(self) -> SpotCheckConfig:
@@ -275,6 +280,26 @@ class ApiConfig(_Section):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
 
 
+class ArtifactsConfig(_Section):
+    """The content-addressed artifact store (probes, generator checkpoints, local reference models)."""
+
+    url: str = Field(default="", description="'' → 'db' with a broker, <data_dir>/artifacts without one; "
+                     "'db' (the store database: workers need only the database and broker URLs), a local "
+                     "path / file:// URL, or any fsspec URL (s3://bucket/prefix with s3fs installed, gs://…)")
+
+    @field_validator("url")
+    @classmethod
+    def _known_protocol(cls, url: str) -> str:
+        if "://" in url and not url.startswith("file://"):
+            import fsspec
+
+            protocol = url.split("://", 1)[0]
+            if protocol not in fsspec.available_protocols():
+                raise ValueError(f"artifacts.url protocol {protocol!r} is not an fsspec protocol; use 'db', a "
+                                 "local path, or e.g. s3://bucket/prefix")
+        return url
+
+
 class PropelConfig(_Section):
     """The whole service configuration."""
 
@@ -294,6 +319,7 @@ class PropelConfig(_Section):
     alerts: AlertsConfig = AlertsConfig()
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
+    artifacts: ArtifactsConfig = ArtifactsConfig()
 
     @model_validator(mode="after")
     def _cross(self) -> PropelConfig:
@@ -312,6 +338,13 @@ class PropelConfig(_Section):
     def database_url(self) -> str:
         """The store URL with the embedded default resolved."""
         return self.store.url or f"sqlite:///{(self.data_dir / 'propel.db').as_posix()}"
+
+    @property
+    def artifacts_url(self) -> str:
+        """``artifacts.url`` with its default resolved: the database with a broker, a local directory without."""
+        if self.artifacts.url:
+            return self.artifacts.url
+        return str((self.data_dir / "artifacts").absolute()) if self.broker.embedded else "db"
 
     @property
     def reference_model(self) -> str:

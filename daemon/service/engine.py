@@ -16,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.domains.base import Domain, get_domain
-from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
+from curriculum.artifacts import publish_model
+from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.rewards import HardGateReward, ProbeOnlyReward, ProbeReward, SoftGateReward
+from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
+from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
-from daemon.service.settings import band, build_configured_solver, sampling
+from daemon.service.settings import band, build_artifacts, build_configured_solver, sampling
 from probes import (
     FeatureExtractor,
     FeatureSpec,
@@ -76,11 +79,16 @@ class PropelEngine:
         self.cfg, self.store, self.run_id, self.say = cfg, store, run_id, say
         self.domain: Domain = get_domain(cfg.domain.name, **cfg.domain.options)
         self.run_dir = Path(cfg.data_dir) / "runs" / cfg.run_name
+        self.artifacts = build_artifacts(cfg, store)
         generator = resolve_model(cfg.generator.model, cfg, say)
         reference = generator if cfg.reference.model is None else resolve_model(cfg.reference.model, cfg, say)
         use_cpu = not torch.cuda.is_available()
         self.rl_cfg = rl_config(cfg, generator, reference, use_cpu)
+        restored = restore_checkpoint(store, run_id, self.artifacts, self.run_dir / "generator")
+        if restored is not None:
+            say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
         self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
+        self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
@@ -104,13 +112,16 @@ class PropelEngine:
         return texts
 
     def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
-        self.scorer = ProbeScorer.from_artifacts(self.reference, list(artifact_uris), self.cfg.probes.ensemble,
-                                                 list(aux_uris))
+        """Fetch (and verify) the probes from the artifact store, then hot-swap the reward to them."""
+        self.ensemble = EnsembleSpec(self.cfg.probes.ensemble, tuple(artifact_uris), tuple(aux_uris))
+        local = self.artifacts.local_path
+        self.scorer = ProbeScorer.from_artifacts(self.reference, [local(u) for u in artifact_uris],
+                                                 self.cfg.probes.ensemble, [local(u) for u in aux_uris])
         group = self.cfg.rl.num_generations
         margin = self.cfg.rl.invalid_floor_margin
         texts = self.calibration_texts
         if self.cfg.rl.reward == "hard_gate":
-            self.reward: Any = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
+            self.reward: ProbeReward = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
         elif self.cfg.rl.reward == "soft_gate":
             self.reward = SoftGateReward(self.domain, self.scorer, group)
         else:
@@ -130,9 +141,9 @@ class PropelEngine:
             name = f"{self.cfg.run_name}-primary-{member}"
             probe = self._fit(x, y, name, seed=self.cfg.seed + member, training={
                 "rows": len(texts), "positives": int(y.sum()), "offline_solver_trials": len(texts) * self.band.k})
-            path = save_probe(probe, self.run_dir / "probes" / name)
+            uri = self.artifacts.put_tree(save_probe(probe, self.run_dir / "probes" / name))
             with self.store.session() as s:
-                ids.append(repo.register_probe(s, name, "primary", str(path), self.reference.fingerprint,
+                ids.append(repo.register_probe(s, name, "primary", uri, self.reference.fingerprint,
                                                {"metrics": probe.metrics, "training": probe.training},
                                                run_id=self.run_id))
         with self.store.session() as s:
@@ -168,8 +179,8 @@ class PropelEngine:
             stats = self.trainer.train_steps(steps, self.reward, self.provenance())
         finally:
             self.trainer.config = self.rl_cfg
-        with self.store.session() as s:
-            repo.add_checkpoint(s, self.run_id, stats.end_step, stats.adapter_hash, stats.checkpoint)
+        record_checkpoint(self.store, self.run_id, self.artifacts, stats.end_step, stats.adapter_hash,
+                          stats.checkpoint, keep=self.rl_cfg.keep_checkpoints)  # a leader elsewhere resumes from it
         out = {"reward_mean": stats.reward_mean, "reward_std": stats.reward_std, "validity": stats.validity_rate,
                "zero_spread_share": stats.zero_spread_share, "steps": float(stats.steps), "step": float(stats.end_step),
                "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
@@ -182,19 +193,26 @@ class PropelEngine:
 
     def score(self, texts: Sequence[str]) -> Scored:
         scores = self.scorer.score(list(texts))
-        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities])
+        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities], self.ensemble)
 
-    def rewards(self, completions: Sequence[str]) -> list[float]:
-        values = self.reward([""] * len(completions), list(completions))
-        return [float(v) for v in values if v is not None]
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        if scored is None:
+            return self.reward.from_valid_scores(checks, [], [])
+        return self.reward.from_valid_scores(checks, scored.logits, scored.probabilities)
 
     def provenance(self) -> dict[str, Any]:
         return {"generator_step": self.trainer.global_step, "adapter_hash": self.trainer.adapter_hash(),
-                "probe_ensemble_id": self.scorer.ensemble.ensemble_id,
+                "probe_ensemble_id": self.ensemble.key,
                 "reference_fingerprint": self.reference.fingerprint}
 
     def reference_info(self) -> ReferenceInfo:
-        return ReferenceInfo(self.reference.model_id, self.reference.fingerprint, self.spec.layer, self.spec.pooling)
+        """The reference for retrain jobs: a local model directory is published to the artifact store
+        once (a worker fetches it by content address), a hub id is passed as it is."""
+        if self._published_reference is None:  # in-process retrains use the loaded reference: nothing to publish
+            self._published_reference = (self.rl_cfg.reference if self.cfg.broker.embedded
+                                         else publish_model(self.artifacts, self.rl_cfg.reference))
+        return ReferenceInfo(self._published_reference, self.reference.fingerprint, self.spec.layer,
+                             self.spec.pooling)
 
 
 def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:

@@ -25,6 +25,7 @@ from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
 from daemon.config import PropelConfig
 from daemon.loop.driver import CycleReport, Driver
+from daemon.loop.state import StateError
 from daemon.service.lease import LeaderLease, make_lease
 
 log = logging.getLogger("propel.service")
@@ -56,6 +57,11 @@ class _Loop:
         with self.busy:
             try:
                 report = self.driver.tick()
+            except StateError as err:  # a newer daemon's state: retrying cannot help
+                log.error("%s", err)
+                self.exit_code = EXIT_FAILED
+                self.stop.set()
+                return
             except Exception:
                 self.failures += 1
                 log.exception("phase failed (%d in a row)", self.failures)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from threading import Event
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import PropelConfig, mask_url
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
+from daemon.loop.state import DriverState
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
-from daemon.ops.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
+from daemon.ops.metrics import PropelMetrics, build_metrics
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
 
@@ -44,7 +44,7 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
     from daemon.service.retrainer import CeleryRetrainer, InProcessRetrainer
 
     if cfg.broker.embedded:
-        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor)
+        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor, engine.artifacts)
     return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
 
 
@@ -64,7 +64,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
         spot = build_spot(cfg, store, engine)
         retrainer = build_retrainer(cfg, store, engine)
         return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
-                      should_stop=stop.is_set)
+                      should_stop=stop.is_set, metrics=metrics)
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:
@@ -91,38 +91,32 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
 
 class ServiceHooks(DriverHooks):
-    """Prometheus export of every recorded metric; alert rules with their mitigations."""
+    """Alert rules with their mitigations (applied to the typed driver state)."""
 
     def __init__(self, cfg: PropelConfig, store: Store, run_id: int, metrics: PropelMetrics,
                  progress: Progress) -> None:
-        self.metrics, self.progress, self.store = metrics, progress, store
+        self.progress = progress
         self.alerts_mgr = AlertManager(store, run_id, cfg.run_name, cfg.alerts.rules,
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
-    def export(self, cycle: int, values: dict[str, float]) -> None:
-        export_cycle(self.metrics, values, cycle=cycle)
-        with self.store.session() as s:
-            export_queue_depths(self.metrics, repo.queue_depths(s))
-
-    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
-               counters: dict[str, Any]) -> None:
+    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
         res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
-        paused = set(counters.get("paused_topics", []))
+        paused = set(state.paused_topics)
         for event in res.fired:
             self.progress.say(f"[red]alert[/red] {event.rule} fired at cycle {cycle} (value {event.value:.3g})")
         for event in res.resolved:
             self.progress.say(f"[green]resolved[/green] {event.rule} at cycle {cycle}")
-            paused -= set(counters.get("paused_by", {}).pop(event.rule, []))
+            paused -= set(state.paused_by.pop(event.rule, []))
         for m in res.mitigations:
             self.progress.say(f"mitigation {m.kind.value} (rule {m.rule}, topic {m.topic})")
             if m.kind == MitigationKind.RAISE_KL:
-                counters["kl_factor"] = float(m.factor or 2.0)
+                state.kl_factor = float(m.factor or 2.0)
             elif m.kind == MitigationKind.RETRAIN_AUX_TOPIC:
-                counters["force_retrain"] = True
+                state.force_retrain = True
             elif m.kind == MitigationKind.PAUSE_TOPIC and m.topic:
                 paused.add(m.topic)
-                counters.setdefault("paused_by", {}).setdefault(m.rule, []).append(m.topic)
-        counters["paused_topics"] = sorted(paused)
+                state.paused_by.setdefault(m.rule, []).append(m.topic)
+        state.paused_topics = sorted(paused)
 
     def close(self) -> None:
         self.alerts_mgr.close()

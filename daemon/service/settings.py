@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from probes.band import Band
@@ -55,7 +57,21 @@ def worker_settings(cfg: PropelConfig) -> WorkerSettings:
         domain_options=dict(cfg.domain.options), solver=solver_kwargs(cfg),
         sampling={"temperature": cfg.solver.temperature, "max_tokens": cfg.solver.max_tokens},
         visibility_timeout_s=cfg.broker.visibility_timeout_s, task_time_limit_s=cfg.broker.task_time_limit_s,
+        artifacts_url=cfg.artifacts_url, artifacts_cache=str(artifact_cache_dir(cfg)),
     )
+
+
+def artifact_cache_dir(cfg: PropelConfig) -> Path:
+    """Where fetched artifacts are materialised on this machine (a cache: safe to delete)."""
+    return Path(cfg.data_dir).absolute() / "cache" / "artifacts"
+
+
+def build_artifacts(cfg: PropelConfig, store: Store) -> ArtifactStore:
+    """The configured content-addressed artifact store (``artifacts.url``, default resolved)."""
+    try:
+        return open_artifacts(cfg.artifacts_url, store, artifact_cache_dir(cfg))
+    except ArtifactError as err:
+        raise ConfigError("artifacts", [("artifacts.url", str(err))]) from None
 
 
 def driver_settings(cfg: PropelConfig) -> DriverSettings:
@@ -71,5 +87,5 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
-        probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
-        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
+        retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
+        spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches)
