@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
-from curriculum.sandbox.process import prlimit_argv, remove_tree, run_command
+from curriculum.sandbox.process import prlimit_argv, processes_of_uid, remove_tree, run_command
 from curriculum.sandbox.seccomp import filter_program, install_preamble
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,14 @@ def run_uid() -> int | None:
     if not _full_uid_map():
         return NOBODY
     return SANDBOX_UID_MIN + secrets.randbelow(1 << 24)
+
+
+def nproc_limit(limits: Limits, uid: int | None) -> int:
+    """RLIMIT_NPROC for a run: ``max_procs`` on a per-run uid; otherwise the uid's current process
+    count plus ``max_procs`` (the limit counts every process of the uid on the host)."""
+    if uid is not None and uid >= SANDBOX_UID_MIN:
+        return limits.max_procs
+    return len(processes_of_uid(os.getuid() if uid is None else uid)) + limits.max_procs
 
 
 def seccomp_supported() -> bool:
@@ -134,9 +142,10 @@ def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_r
     return [*argv, "--", *inner]
 
 
-def rlimit_argv(inner: list[str], limits: Limits, *, as_root: bool, uid: int = NOBODY) -> list[str]:
+def rlimit_argv(inner: list[str], limits: Limits, *, as_root: bool, uid: int = NOBODY,
+                nproc: int | None = None) -> list[str]:
     """The rlimit-backend command line (pure): ``prlimit`` then, as root, ``setpriv`` to ``uid``."""
-    return [*prlimit_argv(limits, PRLIMIT), *(uid_drop_argv(uid=uid) if as_root else []), *inner]
+    return [*prlimit_argv(limits, PRLIMIT, nproc), *(uid_drop_argv(uid=uid) if as_root else []), *inner]
 
 
 def _too_large(code: str, backend: str) -> ExecutionResult | None:
@@ -159,7 +168,8 @@ class BubblewrapSandbox:
     def argv(self, code: str, limits: Limits, site_packages: bool, uid: int | None = None,
              seccomp_fd: int | None = None) -> list[str]:
         runtime = python_runtime(site_packages)
-        inner = [*prlimit_argv(limits, PRLIMIT), runtime.executable, *runtime.flags, "-c", code]
+        inner = [*prlimit_argv(limits, PRLIMIT, nproc_limit(limits, uid)), runtime.executable, *runtime.flags,
+                 "-c", code]
         return bwrap_argv(inner, runtime.binds, limits, as_root=os.geteuid() == 0,
                           symlinks=host_symlinks(), bwrap=self.bwrap, uid=uid or NOBODY, seccomp_fd=seccomp_fd)
 
@@ -215,7 +225,7 @@ class RlimitSandbox:
             if seccomp_supported():
                 code = install_preamble() + code
             argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=uid is not None,
-                               uid=uid or NOBODY)
+                               uid=uid or NOBODY, nproc=nproc_limit(limits, uid))
             return run_command(argv, stdin, env, limits, self.name, cwd=workdir,
                                uid=uid if uid is not None and uid != NOBODY else None)
         finally:

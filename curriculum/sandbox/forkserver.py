@@ -33,6 +33,7 @@ Program statuses sent to the host: ``ok``, ``error``, ``timeout``, ``killed``, `
 """
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -131,10 +132,14 @@ def _child(prog: dict[str, Any], write_fd: int, settings: dict[str, Any]) -> Non
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, max(write_fd + 2, os.sysconf("SC_OPEN_MAX")))
 
+        lines: list[str] = []
+
         def emit(record: dict[str, Any]) -> None:
-            data = memoryview((json.dumps(record) + "\n").encode())
-            while data:
-                data = data[os.write(write_fd, data):]
+            lines.append(json.dumps(record) + "\n")
+            if record["kind"] == "program":  # one write at the end: one wake-up for the parent
+                data = memoryview("".join(lines).encode())
+                while data:
+                    data = data[os.write(write_fd, data):]
 
         run_program(prog, settings["call_timeout_s"], settings["max_output_chars"], emit,
                     settings["stop_on_failure"])
@@ -160,8 +165,9 @@ def _read_child(pid: int, read_fd: int, deadline: float, budget: int) -> tuple[b
                 if fd == pidfd:  # the child is gone: its descendants may hold the pipe open
                     poller.unregister(pidfd)
                     status = os.waitpid(pid, 0)[1]
-                    reap_descendants()
-                    continue
+                    if reap_descendants():
+                        continue
+                    return bytes(data) + _read_rest(read_fd, budget - len(data)), None, status
                 chunk = os.read(read_fd, 1 << 16)
                 if not chunk:
                     return bytes(data), None, status
@@ -170,6 +176,17 @@ def _read_child(pid: int, read_fd: int, deadline: float, budget: int) -> tuple[b
                     return bytes(data), "output_limit", status
     finally:
         os.close(pidfd)
+
+
+def _read_rest(read_fd: int, budget: int) -> bytes:
+    """What is left in a pipe whose writers are all gone (never blocks for long)."""
+    data = bytearray()
+    while len(data) <= budget:
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def check_records(data: bytes, prog: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str | None]:
@@ -235,7 +252,7 @@ def run_isolated(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[st
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
-        reap_descendants()
+            reap_descendants()
     calls, final, tampering = check_records(data, prog)
     end = {"kind": "program", "id": prog["id"]}
     if tampering:
@@ -257,6 +274,8 @@ def main() -> None:
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     protections = harden()
+    gc.collect()
+    gc.freeze()  # children do not copy-on-write pages just to scan the parent's objects
     settings = {"call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
                 "max_output_chars": int(payload.get("max_output_chars", 1_000_000)),
                 "stop_on_failure": bool(payload.get("stop_on_failure", True))}

@@ -34,13 +34,14 @@ class Capture:
     timed_out: bool = False
 
 
-def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]:
-    """``prlimit`` prefix applying CPU seconds, address space, processes and file size limits."""
+def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit", nproc: int | None = None) -> list[str]:
+    """``prlimit`` prefix applying CPU seconds, address space, processes, file size and open-file
+    limits; ``nproc`` overrides ``limits.max_procs`` (RLIMIT_NPROC counts every process of the uid)."""
     return [
         prlimit,
         f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
         f"--as={limits.memory_bytes}",
-        f"--nproc={limits.max_procs}",
+        f"--nproc={nproc if nproc is not None else limits.max_procs}",
         f"--fsize={limits.file_size_bytes}",
         f"--nofile={limits.open_files}",
         "--core=0",
