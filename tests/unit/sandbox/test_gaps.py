@@ -108,6 +108,24 @@ def test_a_program_cannot_change_its_neighbours_outputs(backend: str, what: str,
     assert results[1].outputs == [fresh], (what, results[1])
 
 
+FILE_WRITER = ("def f(x):\n    for path in ('note', '/tmp/propel-note', '/var/tmp/propel-note', '/dev/shm/note'):\n"
+               "        try:\n            open(path, 'w').write('written by my neighbour')\n"
+               "        except OSError:\n            pass\n    return x\n")
+FILE_READER = ("def f(x):\n    seen = []\n    for path in ('note', '/tmp/propel-note', '/var/tmp/propel-note', "
+               "'/dev/shm/note'):\n        try:\n            seen.append(open(path).read())\n"
+               "        except OSError:\n            pass\n    return seen\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_files_a_program_leaves_are_gone_before_the_next_one(backend: str) -> None:
+    if backend == "rlimit" and not IS_ROOT:
+        pytest.skip("without a per-run uid the rlimit backend cannot tell its files in /tmp from the user's")
+    runner = BatchRunner(make(backend), LIMITS, call_timeout_s=1.0)
+    results = runner.run([Program("writer", FILE_WRITER, ("1",)), Program("reader", FILE_READER, ("1",))])
+    assert results[0].outputs == ["1"]
+    assert results[1].outputs == ["[]"], results[1]
+
+
 # --- gap 3: an unforgeable result channel ----------------------------------------------------
 
 FORGER = (
