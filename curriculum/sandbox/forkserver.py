@@ -40,7 +40,12 @@ import select
 import signal
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # see harness.py: no typing import in the sandboxed parent
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    Any = object
 
 with contextlib.suppress(ImportError):  # inside the sandbox harness.py's source is prepended instead
     from curriculum.sandbox.harness import run_program

@@ -29,7 +29,14 @@ import builtins
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+
+# Not ``typing``: importing it would grow the sandboxed parent and so every fork. No ``from
+# __future__`` either: the rlimit backend puts its seccomp preamble in front of this source.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    Any = object
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
