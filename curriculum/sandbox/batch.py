@@ -10,9 +10,11 @@ programs finished before keep their results, the program that was running is re-
 failure is attributed to it, and the rest continue in a new process.
 
 Determinism (:meth:`BatchRunner.run_twice`): the batch runs in two separate sandbox processes
-(different hash seeds and address layouts), the second one evaluating every program's inputs in
-the reverse order, so output that depends on evaluation history or on the process is reported by
-:func:`compare_runs` as ``nondeterministic``.
+(address layouts differ; the first uses the fixed hash seed that grading uses, the second a
+random one), the second evaluating every program's inputs in the reverse order, so output that
+depends on evaluation history or on the process is reported by :func:`compare_runs` as
+``nondeterministic``. When hash-order dependence slips through (both seeds happen to give the same
+order), grading still reproduces the gold outputs, because it runs with the gold run's seed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from curriculum.sandbox.base import ExecutionResult, Limits, Sandbox
 log = logging.getLogger(__name__)
 #: What runs in the sandbox: the evaluation code, then the fork server (its ``main`` runs).
 HARNESS_SOURCE = "\n".join(Path(__file__).with_name(name).read_text() for name in ("harness.py", "forkserver.py"))
+#: The string-hash seed of grading and of validity's first (gold) run; the second run's is random.
+GRADING_HASH_SEED = 0
 PROGRAM_STATUSES = ("ok", "error", "timeout", "memory", "killed", "output_limit", "tampering")
 
 
@@ -97,8 +101,10 @@ class BatchRunner:
         self.max_output_chars = max_output_chars
         self.stop_on_failure = stop_on_failure
 
-    def _run_process(self, programs: list[Program]) -> tuple[ExecutionResult, dict[str, dict[str, Any]]]:
+    def _run_process(self, programs: list[Program], hash_seed: int | None = 0
+                     ) -> tuple[ExecutionResult, dict[str, dict[str, Any]]]:
         payload = {
+            "hash_seed": hash_seed,
             "programs": [{"id": p.id, "code": p.code, "func": p.func, "inputs": list(p.inputs),
                           "order": list(p.evaluation_order())} for p in programs],
             "call_timeout_s": self.call_timeout_s,
@@ -108,12 +114,14 @@ class BatchRunner:
         result = self.sandbox.run_python(HARNESS_SOURCE, json.dumps(payload).encode(), self.limits)
         return result, _collect(result.stdout, {p.id for p in programs})
 
-    def run(self, programs: list[Program]) -> list[ProgramResult]:
-        """Results in input order; a program is never silently dropped."""
+    def run(self, programs: list[Program], hash_seed: int | None = GRADING_HASH_SEED) -> list[ProgramResult]:
+        """Results in input order; a program is never silently dropped. ``hash_seed`` fixes the
+        string-hash seed (the default, used by grading and the gold run, makes set orders
+        reproducible); ``None`` leaves it random."""
         results: dict[str, ProgramResult] = {}
         remaining = list(programs)
         while remaining:
-            proc, records = self._run_process(remaining)
+            proc, records = self._run_process(remaining, hash_seed)
             if proc.meta.get("infra"):
                 for p in remaining:
                     results[p.id] = ProgramResult(p.id, "error", (), proc.reason, infra=True)
@@ -128,7 +136,7 @@ class BatchRunner:
                 break
             culprit = incomplete[0]
             if len(remaining) > 1:  # re-run the culprit alone so the failure is attributed to it
-                proc, records = self._run_process([culprit])
+                proc, records = self._run_process([culprit], hash_seed)
             done = culprit.id in records and records[culprit.id]["done"]
             results[culprit.id] = _build(culprit, records[culprit.id]) if done else _failed(culprit, proc)
             remaining = incomplete[1:]
@@ -138,8 +146,8 @@ class BatchRunner:
         """The batch in two separate processes, concurrently, the second evaluating every program's
         inputs in reverse order (the determinism check); results are indexed by input either way."""
         with ThreadPoolExecutor(max_workers=2) as pool:
-            first = pool.submit(self.run, programs)
-            second = pool.submit(self.run, [p.reversed() for p in programs])
+            first = pool.submit(self.run, programs, GRADING_HASH_SEED)
+            second = pool.submit(self.run, [p.reversed() for p in programs], None)
             return first.result(), second.result()
 
 

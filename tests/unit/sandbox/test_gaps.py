@@ -78,6 +78,16 @@ def test_history_dependent_function_is_nondeterministic(domain: AzrDomain) -> No
     assert (result.reason or "").startswith("nondeterministic"), result.reason
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grading_runs_with_the_gold_runs_hash_seed(backend: str) -> None:
+    """Set/dict order of strings that the determinism check happened to miss (both seeds gave the
+    same order) must still be reproduced by grading, which runs in another sandbox process."""
+    program = Program("p", "def f(x):\n    return [hash(x), list({'alpha', 'beta', 'gamma', 'delta', x})]", ("'k'",))
+    runner = BatchRunner(make(backend), LIMITS, call_timeout_s=1.0)
+    gold, _ = runner.run_twice([program])
+    assert runner.run([program])[0].outputs == gold[0].outputs
+
+
 def test_pure_functions_stay_valid_and_pure_gold_matches_grading(domain: AzrDomain) -> None:
     result = domain.validate_batch([completion("def f(x):\n    return x * x - 3", [str(x) for x in range(10)])])[0]
     assert result.valid, result.reason
