@@ -19,10 +19,12 @@ from curriculum.sandbox.process import Capture, classify
 
 DEFAULT_IMAGE = "python:3.11-slim"
 MAX_ENV_PAYLOAD = 120_000
+#: Reads the code and stdin from the environment. The code variable is kept (not popped) so the
+#: batch fork server can re-execute this wrapper with a fixed hash seed; stdin is popped.
 WRAPPER = (
     "import base64,io,os,sys;"
-    "sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(os.environ.pop('PROPEL_STDIN_B64'))));"
-    "code=base64.b64decode(os.environ.pop('PROPEL_CODE_B64')).decode();"
+    "sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(os.environ.pop('PROPEL_STDIN_B64',''))));"
+    "code=base64.b64decode(os.environ['PROPEL_CODE_B64']).decode();"
     "exec(compile(code,'<sandbox>','exec'),{'__name__':'__main__'})"
 )
 

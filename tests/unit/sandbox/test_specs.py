@@ -192,3 +192,24 @@ def test_containment_names_what_each_backend_lacks() -> None:
     assert {p.name for p in containment("docker")} == {p.name for p in containment("bubblewrap")}
     with pytest.raises(ValueError):
         containment("chroot")
+
+
+def test_docker_wrapper_runs_the_fork_server_with_a_fixed_hash_seed(tmp_path: Any) -> None:
+    """The container's command, run here with this interpreter (no engine needed, trusted code only):
+    the fork server must be able to re-execute the wrapper to fix the hash seed."""
+    import json
+    import subprocess
+    import sys
+
+    from curriculum.sandbox.batch import HARNESS_SOURCE
+
+    payload = {"programs": [{"id": "a", "code": "def f(x):\n    return [hash('k'), x]", "inputs": ["1"]}],
+               "hash_seed": 0}
+    spec = container_spec(HARNESS_SOURCE, json.dumps(payload).encode(), LIMITS)
+    env = {**spec["environment"], "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, *spec["command"][1:]], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+    expected = subprocess.run([sys.executable, "-c", "print(hash('k'))"], env={"PYTHONHASHSEED": "0"},
+                              capture_output=True, text=True).stdout.strip()
+    records = [json.loads(line) for line in out.stdout.decode().splitlines()]
+    assert records[0]["output"] == f"[{expected}, 1]", out.stderr.decode()[-500:]
+    assert records[-1]["kind"] == "done"
