@@ -293,8 +293,11 @@ def read_payload() -> dict[str, Any]:
     seed = payload.get("hash_seed")
     if seed is not None and os.environ.get("PYTHONHASHSEED") != str(int(seed)):
         path = os.path.join(os.getcwd(), ".propel-payload")
-        with open(path, "wb") as fh:
-            fh.write(raw)
+        try:
+            with open(path, "wb") as fh:
+                fh.write(raw)
+        except OSError:  # no room to park it: go on with the random seed rather than fail the batch
+            return payload
         flags = ["-s", "-P", *(["-S"] if sys.flags.no_site else [])]
         code = sys.orig_argv[sys.orig_argv.index("-c") + 1]
         env = {**os.environ, "PYTHONHASHSEED": str(int(seed)), PAYLOAD_ENV: path}
