@@ -117,7 +117,9 @@ class BatchRunner:
     def run(self, programs: list[Program], hash_seed: int | None = GRADING_HASH_SEED) -> list[ProgramResult]:
         """Results in input order; a program is never silently dropped. ``hash_seed`` fixes the
         string-hash seed (the default, used by grading and the gold run, makes set orders
-        reproducible); ``None`` leaves it random."""
+        reproducible); ``None`` leaves it random. Program ids must be distinct (ValueError)."""
+        if len({p.id for p in programs}) != len(programs):
+            raise ValueError("BatchRunner.run: program ids must be distinct (results are attributed by id)")
         results: dict[str, ProgramResult] = {}
         remaining = list(programs)
         while remaining:

@@ -79,3 +79,10 @@ def test_canonical_repr_round_trips_plain_values(value: object) -> None:
     assert canonical_repr(value, 100_000) == text
     if not isinstance(value, frozenset):
         assert text == repr(value) or "frozenset" in text or "{" in text
+
+
+def test_program_ids_must_be_distinct_and_orders_permutations(runner: BatchRunner) -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        runner.run([Program("a", "def f(x):\n    return x", ("1",)), Program("a", "def f(x):\n    return x", ("2",))])
+    with pytest.raises(ValueError, match="permutation"):
+        Program("a", "def f(x):\n    return x", ("1", "2"), order=(0, 0))
