@@ -8,6 +8,7 @@ APIs are used, so the same tests ran against the old implementation.
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -251,3 +252,17 @@ def test_descendants_that_left_the_session_die_with_the_run(backend: str) -> Non
             leftovers.append(int(pid))
             os.kill(int(pid), 9)
     assert leftovers == []
+
+
+def test_rlimit_runs_in_an_empty_private_dir_with_a_cleared_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROPEL_FAKE_SECRET", "hunter2")
+    code = ("import os, sys\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nprint(sorted(os.environ))\n"
+            "try:\n    import curriculum\n    print('IMPORTED', curriculum.__file__)\nexcept ImportError:\n"
+            "    print('no project import')\nprint(os.path.exists('pyproject.toml'))\n")
+    result = RlimitSandbox(LIMITS).run_python(code)
+    cwd, listing, env, imported, tree = result.stdout.splitlines()
+    assert os.path.basename(cwd).startswith("propel-sbx-") and listing == "[]", result.log_view()
+    assert set(ast.literal_eval(env)) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
+                              "PYTHONIOENCODING", "LC_CTYPE"}
+    assert imported == "no project import" and tree == "False"
+    assert not os.path.exists(cwd)  # the private dir is removed with the run
