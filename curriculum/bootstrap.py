@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+from probes.progress import ProgressReporter
 
 #: Bump when the corpus recipe changes, so old caches are not reused.
 CORPUS_VERSION = 2
@@ -114,10 +114,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: _lr_factor(s, settings))
     model.train()
     smoothed = float("nan")
-    columns = (TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not show_progress, transient=False) as progress:
-        bar = progress.add_task("train", total=settings.steps, loss=float("nan"))
+    with ProgressReporter("bootstrap", settings.steps, unit="steps", mode=None if show_progress else "off") as bar:
         for _ in range(settings.steps):
             batch = _encode_batch(tokenizer, expression_batch(rng, settings.batch_size))
             loss = model(**batch).loss
@@ -128,7 +125,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
             sched.step()
             value = float(loss.detach())
             smoothed = value if math.isnan(smoothed) else 0.95 * smoothed + 0.05 * value
-            progress.update(bar, advance=1, loss=smoothed)
+            bar.advance(1, loss=smoothed)
     model.eval()
     return smoothed
 

@@ -9,8 +9,9 @@ fresh labels for later probe retraining.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
@@ -23,6 +24,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
+from daemon.loop import health
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -54,6 +56,7 @@ class ApiContext:
     heartbeat_stale_s: float = 300.0
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
 
 
 class LeaseRequest(BaseModel):
@@ -208,16 +211,25 @@ def _status_routes(app: FastAPI) -> None:
 
     @app.get("/healthz", tags=["status"])
     def healthz(ctx: Ctx) -> JSONResponse:
-        """200 when the store answers and the daemon's heartbeat is fresh, else 503."""
-        info = daemon_status(ctx.store, ctx.run_name)
-        beat = info.get("heartbeat_at")
-        fresh = beat is not None and datetime.fromisoformat(beat) > datetime.now(UTC) - timedelta(
-            seconds=ctx.heartbeat_stale_s)
-        return JSONResponse({"ok": fresh, "heartbeat_at": beat}, status_code=200 if fresh else 503)
+        """200 when the store answers, the daemon's heartbeat is fresh and a leader holds the run; else 503
+        with the reasons. Degraded reasons are listed but do not fail the check (the daemon is alive)."""
+        try:
+            info = daemon_status(ctx.store, ctx.run_name)
+        except Exception as err:  # the store is down: that is the answer, not a 500
+            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
+        problems = health.liveness(_when(info["heartbeat_at"]), info["leader"], _when(info["lease_until"]),
+                                   datetime.now(UTC), ctx.heartbeat_stale_s)
+        body = {"ok": not problems, "problems": problems, "heartbeat_at": info["heartbeat_at"],
+                "heartbeat_age_s": info["heartbeat_age_s"], "heartbeat_stale_s": ctx.heartbeat_stale_s,
+                "leader": info["leader"], "phase": info["phase"], "cycle": info["cycle"], "degraded": info["degraded"]}
+        return JSONResponse(body, status_code=200 if not problems else 503)
 
     @app.get("/metrics", tags=["status"])
     def metrics(ctx: Ctx) -> Response:
         """Prometheus exposition of the ``propel_`` metrics."""
+        if ctx.refresh_metrics is not None:  # `propel serve`: read what the daemon stored
+            ctx.refresh_metrics()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -231,9 +243,21 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         depths = repo.queue_depths(s)
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
+    beat = _aware(state.heartbeat_at) if state and state.heartbeat_at else None
+    lease_until = _aware(state.lease_until) if state and state.lease_until else None
+    counters = dict(state.counters) if state else {}
     return {
         "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
-        "counters": dict(state.counters) if state else {},
-        "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
-        "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
+        "counters": counters, "heartbeat_at": beat.isoformat() if beat else None,
+        "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
+        "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
+        "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
     }
+
+
+def _aware(t: datetime) -> datetime:
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def _when(iso: str | None) -> datetime | None:
+    return datetime.fromisoformat(iso) if iso else None

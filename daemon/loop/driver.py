@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, func, select, update
 
 from curriculum import retrain
 from curriculum.diversity import collapse_metrics
@@ -31,6 +31,7 @@ from curriculum.spotcheck import (
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
+from daemon.loop import health
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
@@ -59,6 +60,8 @@ class DriverSettings:
     probe_arch: str = "mlp"
     probe_dir: str = "probes"  # aux-probe artifacts (distributed: a path the workers share)
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
+    worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
+    unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
 
 
 @dataclass
@@ -80,6 +83,9 @@ class DriverHooks:
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
                counters: dict[str, Any]) -> None:
         """Evaluate alert rules on the cycle's metrics; apply mitigations by editing ``counters``."""
+
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        """Called with the degraded state (reason → detail, since, until) after each health check."""
 
 
 class Driver:
@@ -203,6 +209,7 @@ class Driver:
                 counters["spotcheck_undispatched"] = to_send
         values.update(self._harvest(cycle, counters))  # in-process checks are done already
         values["spotcheck_dispatched"] = float(len(chosen))
+        self._spotcheck_health(used + len(chosen), counters)
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
         values["solver_trials"] = float(trials_since(self.store, self.spot.solver_id, 3600, distinct_tasks=False))
         self._record(cycle, values)
@@ -258,6 +265,8 @@ class Driver:
                     values |= self._collect_retrain(counters)  # in-process: finished already
         values.setdefault("retrained", 0.0)
         values["retrain_pending"] = float(bool(counters.get("retrain_job")))
+        self._health(counters, {health.RETRAIN: health.retrain_failing(int(counters.get("retrain_failures", 0)),
+                                                                         counters.get("retrain_last_error"))})
         self._record(cycle, values)
         self._advance("retrain", cycle, counters)
         return values
@@ -298,6 +307,9 @@ class Driver:
                 self._submit_retrain(job.spec, counters)
             return {}
         counters.pop("retrain_job")
+        if job.state == "failed":
+            counters["retrain_failures"] = int(counters.get("retrain_failures", 0)) + 1
+            counters["retrain_last_error"] = str(job.reason or "")[:200]
         if job.state != "done" or job.probe_id is None:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
@@ -308,6 +320,7 @@ class Driver:
                       .values(consumed=True))
         self._reload_probes()
         counters["fp_since_retrain"] = 0
+        counters["retrain_failures"] = 0
         log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
         return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
 
@@ -316,6 +329,37 @@ class Driver:
             active = repo.active_probes(s, self.run_id)
         self.engine.load_probes([p.artifact_uri for p in active if p.role == "primary"],
                                 [p.artifact_uri for p in active if p.role == "aux"])
+
+    # ---- degraded state (daemon.loop.health) ---------------------------------------------------
+    def _health(self, counters: dict[str, Any], checks: dict[str, health.Degradation | None]) -> None:
+        """Merge ``checks`` into ``counters["degraded"]``; log what started and ended, once each."""
+        state, started, ended = health.merge(counters.get("degraded", {}), checks, datetime.now(UTC))
+        for d in started:
+            log.warning("degraded: %s: %s", d.reason, d.detail, extra={"fields": {"degraded": d.reason}})
+        for d in ended:
+            log.warning("recovered: %s (degraded since %s)", d.reason, d.since,
+                        extra={"fields": {"recovered": d.reason}})
+        counters["degraded"] = state
+        self.hooks.degraded(state)
+
+    def _spotcheck_health(self, used: int, counters: dict[str, Any]) -> None:
+        now = datetime.now(UTC)
+        pending = counters.get("spotcheck_pending", [])
+        if not pending:
+            counters.pop("spotcheck_pending_since", None)
+        else:
+            counters.setdefault("spotcheck_pending_since", now.isoformat())
+        since = counters.get("spotcheck_pending_since")
+        with self.store.session() as s:
+            window = now - timedelta(hours=1)
+            oldest, latest = s.execute(select(
+                func.min(case((SolverTrial.created_at >= window, SolverTrial.created_at))),
+                func.max(SolverTrial.created_at)).where(SolverTrial.solver_id == self.spot.solver_id)).one()
+        self._health(counters, {
+            health.BUDGET: health.budget_exhausted(used, self.s.budget_per_hour, _aware(oldest)),
+            health.WORKERS: health.workers_silent(len(pending), datetime.fromisoformat(since) if since else None,
+                                                  _aware(latest), now, self.s.worker_silence_s),
+            health.BROKER: health.broker_unreachable(len(counters.get("spotcheck_undispatched", [])))})
 
     def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
@@ -329,10 +373,13 @@ class Driver:
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
             ready = queue.ready_count(s)
+            self._health(counters, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
+            verified = health.verified_only(counters.get("degraded", {}), datetime.now(UTC), self.s.unverified_grace_s)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,
                                      max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
-                                     ready_now=ready, paused_topics=frozenset(counters.get("paused_topics", []))))
+                                     ready_now=ready, paused_topics=frozenset(counters.get("paused_topics", [])),
+                                     verified_only=verified))
             prov = self.engine.provenance()
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in rows
                      if r.TaskRow.id in plan]
@@ -358,3 +405,8 @@ class Driver:
                                   reference_model=self.s.reference_model,
                                   reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
         return msg.model_dump(mode="json")
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    """SQLite returns naive UTC datetimes; PostgreSQL aware ones."""
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t

@@ -26,14 +26,15 @@ metric-table name        Prometheus series                                kind
 =======================  ===============================================  ==========================
 
 Plus ``propel_cycle`` (last exported cycle), ``propel_cycles_total``, ``propel_alerts_fired_total
-{rule,severity}``, ``propel_alert_active{rule,severity}`` (1 while open) and the histogram
+{rule,severity}``, ``propel_alert_active{rule,severity}`` (1 while open), ``propel_degraded{reason}``
+(1 while degraded for that reason, see :mod:`daemon.loop.health`) and the histogram
 ``propel_phase_duration_seconds{phase}``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -77,6 +78,7 @@ class PropelMetrics:
     alerts_fired: Counter
     alert_active: Gauge
     phase_duration: Histogram
+    degraded: Gauge
     last_cycle: int | None = field(default=None)
 
 
@@ -97,6 +99,8 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
         phase_duration=Histogram(
             "propel_phase_duration_seconds", "Wall time of one daemon phase", ["phase"], registry=reg,
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)),
+        degraded=Gauge("propel_degraded", "1 while the daemon is degraded for this reason (see /v1/status)",
+                       ["reason"], registry=reg),
     )
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape
         metrics.phase_duration.labels(phase=phase)
@@ -136,6 +140,13 @@ def export_queue_depths(registry_obj: PropelMetrics, depths: Mapping[str, int]) 
     """Set ``propel_queue_depth{state}`` for every state (``repo.queue_depths``; absent states → 0)."""
     for state in QUEUE_STATES:
         registry_obj.queue_depth.labels(state=state).set(float(depths.get(state, 0)))
+
+
+def export_degraded(registry_obj: PropelMetrics, active: Iterable[str], reasons: Iterable[str]) -> None:
+    """``propel_degraded{reason}``: 1 for each ``active`` reason, 0 for the other known ``reasons``."""
+    on = set(active)
+    for reason in {*reasons, *on}:
+        registry_obj.degraded.labels(reason=reason).set(1.0 if reason in on else 0.0)
 
 
 def observe_phase(registry_obj: PropelMetrics, phase: str, seconds: float) -> None:

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import PropelConfig, mask_url
+from daemon.loop import health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
-from daemon.ops.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
+from daemon.ops.metrics import PropelMetrics, build_metrics, export_cycle, export_degraded, export_queue_depths
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
 
@@ -54,6 +55,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     store, run_id = open_run(cfg)
     metrics = build_metrics()
+    export_degraded(metrics, [], health.REASONS)
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
@@ -69,16 +71,10 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:
         def start_api() -> Callable[[], None]:
-            from daemon.http.api import ApiContext, create_app
             from daemon.http.server import start_api_thread
+            from daemon.service.api_app import build_api_app
 
-            sc = cfg.spotcheck
-            ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,
-                             max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
-                             heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes)
-            app = create_app(ctx)
-            app.state.alert_rules = cfg.alerts.rules
-            stop = start_api_thread(cfg, app)
+            stop = start_api_thread(cfg, build_api_app(cfg, store, metrics))
             progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
             return stop
 
@@ -108,13 +104,10 @@ class ServiceHooks(DriverHooks):
                counters: dict[str, Any]) -> None:
         res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
         paused = set(counters.get("paused_topics", []))
-        for event in res.fired:
-            self.progress.say(f"[red]alert[/red] {event.rule} fired at cycle {cycle} (value {event.value:.3g})")
+        # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:
-            self.progress.say(f"[green]resolved[/green] {event.rule} at cycle {cycle}")
             paused -= set(counters.get("paused_by", {}).pop(event.rule, []))
         for m in res.mitigations:
-            self.progress.say(f"mitigation {m.kind.value} (rule {m.rule}, topic {m.topic})")
             if m.kind == MitigationKind.RAISE_KL:
                 counters["kl_factor"] = float(m.factor or 2.0)
             elif m.kind == MitigationKind.RETRAIN_AUX_TOPIC:
@@ -123,6 +116,9 @@ class ServiceHooks(DriverHooks):
                 paused.add(m.topic)
                 counters.setdefault("paused_by", {}).setdefault(m.rule, []).append(m.topic)
         counters["paused_topics"] = sorted(paused)
+
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        export_degraded(self.metrics, state, health.REASONS)
 
     def close(self) -> None:
         self.alerts_mgr.close()

@@ -13,6 +13,7 @@ from typing import Any
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.spotcheck import Band
+from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from workers.runtime import WorkerSettings
@@ -72,4 +73,10 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
         probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
+        worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s))
+
+
+def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:
+    """The configured store (``store.url``, ``store.pool_size``, ``store.echo``)."""
+    return Store(cfg.database_url, pool_size=pool_size or cfg.store.pool_size, echo=cfg.store.echo)

@@ -1,0 +1,66 @@
+"""Logging for every ``propel`` command: plain text lines or one JSON object per line.
+
+``propel --log-format json`` (or ``PROPEL_LOG_FORMAT=json``) is for log shippers (Loki, Vector,
+CloudWatch, journald): every line the daemon prints — phase lines, cycle summaries, progress,
+alerts, degraded-state changes — becomes ``{"ts", "level", "logger", "msg", ...fields}`` on
+stderr, and no progress bar is drawn. Structured fields ride on the record's ``fields`` extra
+(``log.info("…", extra={"fields": {"cycle": 3}})``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+LogFormat = Literal["text", "json"]
+_MARKUP = re.compile(r"\[/?[a-z][a-z0-9 _#.-]*\]")
+_HANDLER_NAME = "propel"
+
+
+def strip_markup(text: str) -> str:
+    """``[bold]x[/bold]`` → ``x`` (rich markup is for terminals only)."""
+    return _MARKUP.sub("", text)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+                               "level": record.levelname.lower(), "logger": record.name,
+                               "msg": strip_markup(record.getMessage())}
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update({k: v for k, v in fields.items() if k not in out})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.msg = strip_markup(str(record.msg))
+        return super().format(record)
+
+
+def configure_logging(fmt: LogFormat = "text", level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
+    """Install one handler on the root logger (replacing an earlier one of ours)."""
+    from probes.progress import set_mode
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _HANDLER_NAME:
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("httpx", "httpcore", "urllib3", "celery", "kombu", "amqp", "alembic", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
+    set_mode("lines" if fmt == "json" else "auto")
