@@ -48,6 +48,7 @@ def serve_command(ctx: click.Context) -> None:
     /metrics shows the same propel_ series as the daemon's own API, read back from the store.
     """
     import uvicorn
+    from sqlalchemy import text
 
     from daemon.http.store_metrics import StoreMetrics
     from daemon.ops.metrics import build_metrics
@@ -56,6 +57,8 @@ def serve_command(ctx: click.Context) -> None:
 
     cfg = _cfg(ctx)
     store = build_store(cfg)
+    with store.session() as s:  # an unreachable store fails now, in one line (the root group words it)
+        s.execute(text("SELECT 1"))
     metrics = build_metrics()
     app = build_api_app(cfg, store, metrics, refresh_metrics=StoreMetrics(store, cfg.run_name, metrics).refresh)
     click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
