@@ -1,8 +1,8 @@
 """One progress reporter for every long piece of work (bootstrap, corpus labelling, probe sweeps).
 
 On a terminal it draws a rich bar. When output is not a terminal (a log file, docker, systemd, CI)
-it writes one plain line at the start, then one every ``interval_s`` (default 10 s, never more
-than 30 s apart while work advances), and one at the end::
+it writes one plain line at the start, then one every ``interval_s`` (default 10 s or
+``PROPEL_PROGRESS_INTERVAL_S``, never more than 30 s apart while work advances), and one at the end::
 
     bootstrap: 540/1,800 (30%) · 3.1/s · ETA 6m 44s · loss 0.812
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -70,10 +71,12 @@ class ProgressReporter:
     ``clock`` and ``emit`` are injectable (tests drive a fake clock and collect lines).
     """
 
-    def __init__(self, description: str, total: int, *, unit: str = "", interval_s: float = 10.0,
+    def __init__(self, description: str, total: int, *, unit: str = "", interval_s: float | None = None,
                  stream: TextIO | None = None, mode: Mode | None = None,
                  clock: Callable[[], float] = time.monotonic, emit: Callable[[str], None] | None = None) -> None:
         self.description, self.total, self.unit = description, max(0, int(total)), unit
+        if interval_s is None:  # PROPEL_PROGRESS_INTERVAL_S, else 10 s; never above 30 s
+            interval_s = float(os.environ.get("PROPEL_PROGRESS_INTERVAL_S") or 10.0)
         self.interval_s = min(max(0.0, interval_s), MAX_INTERVAL_S)
         self.clock, self.emit = clock, emit or _default_emit
         self.stream = stream or sys.stderr

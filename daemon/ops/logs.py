@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 from datetime import UTC, datetime
@@ -63,4 +64,9 @@ def configure_logging(fmt: LogFormat = "text", level: int | str = logging.INFO, 
     root.setLevel(level)
     for noisy in ("httpx", "httpcore", "urllib3", "celery", "kombu", "amqp", "alembic", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
+    if fmt == "json" or not (stream or sys.stderr).isatty():
+        # Hugging Face's own tqdm bars ("Writing model shards", downloads) are terminal-only noise in a log
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
+    logging.captureWarnings(True)  # library warnings become log lines (JSON lines under --log-format json)
     set_mode("lines" if fmt == "json" else "auto")
