@@ -19,8 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -157,6 +160,27 @@ def measure_validity(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast
     return sum(v.valid for v in results) / max(1, len(results))
 
 
+def bootstrap_threads() -> int:
+    """Intra-op threads for the bootstrap: 1 unless ``PROPEL_BOOTSTRAP_THREADS`` says otherwise.
+
+    The model is ~1M parameters and a batch is 64 × ~25 tokens: each op is too small to split, and
+    on a shared 2-core machine a second thread made every step several times slower
+    (``benchmarks/bootstrap_threads.py``: 0.37–0.47 s/step with 1 thread against 2.1–4.0 s with 2,
+    while other jobs ran). Same recipe, same quality; only the wall time changes."""
+    return max(1, int(os.environ.get("PROPEL_BOOTSTRAP_THREADS") or 1))
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the previous setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def cache_dir(data_dir: Path, domain: str, settings: BootstrapSettings) -> Path:
     return Path(data_dir) / "bootstrap" / domain / settings.cache_key()
 
@@ -184,11 +208,12 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
     model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    started = time.perf_counter()
-    loss = train(model, tokenizer, settings, show_progress=show_progress)
-    train_s = time.perf_counter() - started
-    validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
-                                settings.max_new_tokens)
+    with torch_threads(bootstrap_threads()):
+        started = time.perf_counter()
+        loss = train(model, tokenizer, settings, show_progress=show_progress)
+        train_s = time.perf_counter() - started
+        validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
+                                    settings.max_new_tokens)
     save_tiny(model, tokenizer, target)
     meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
             "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,
