@@ -23,8 +23,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import DaemonState, Run
-from daemon.loop import health
+from daemon.http.run_status import daemon_status, live_problems
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -218,8 +217,7 @@ def _status_routes(app: FastAPI) -> None:
         except Exception as err:  # the store is down: that is the answer, not a 500
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
-        problems = health.liveness(_when(info["heartbeat_at"]), info["leader"], _when(info["lease_until"]),
-                                   datetime.now(UTC), ctx.heartbeat_stale_s)
+        problems = live_problems(info, datetime.now(UTC), ctx.heartbeat_stale_s)
         body = {"ok": not problems, "problems": problems, "heartbeat_at": info["heartbeat_at"],
                 "heartbeat_age_s": info["heartbeat_age_s"], "heartbeat_stale_s": ctx.heartbeat_stale_s,
                 "leader": info["leader"], "phase": info["phase"], "cycle": info["cycle"], "degraded": info["degraded"]}
@@ -231,33 +229,3 @@ def _status_routes(app: FastAPI) -> None:
         if ctx.refresh_metrics is not None:  # `propel serve`: read what the daemon stored
             ctx.refresh_metrics()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run."""
-    from sqlalchemy import select
-
-    with store.session() as s:
-        run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
-        state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
-        active = repo.active_probes(s, run_id) if run_id else []
-        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
-    beat = _aware(state.heartbeat_at) if state and state.heartbeat_at else None
-    lease_until = _aware(state.lease_until) if state and state.lease_until else None
-    counters = dict(state.counters) if state else {}
-    return {
-        "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
-        "counters": counters, "heartbeat_at": beat.isoformat() if beat else None,
-        "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
-        "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
-        "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
-    }
-
-
-def _aware(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
-def _when(iso: str | None) -> datetime | None:
-    return datetime.fromisoformat(iso) if iso else None

@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from curriculum.store.db import Store
-from daemon.http.api import daemon_status
-from daemon.loop import health
+from daemon.http.run_status import daemon_status, live_problems
 
 
 @dataclass
@@ -37,13 +36,11 @@ def collect_status(store: Store, run_name: str, stale_s: float, budget_per_hour:
         info = daemon_status(store, run_name)
     except Exception as err:  # the page still renders, saying so
         return StatusPanel(error=f"store unreachable: {str(err).splitlines()[0][:200] if str(err) else err!r}")
-    beat = datetime.fromisoformat(info["heartbeat_at"]) if info["heartbeat_at"] else None
-    lease = datetime.fromisoformat(info["lease_until"]) if info.get("lease_until") else None
     used = next((history[c]["solver_budget_used"] for c in sorted(history, reverse=True)
                  if "solver_budget_used" in history[c]), None)
     return StatusPanel(phase=info["phase"], cycle=int(info["cycle"]), heartbeat_age_s=info["heartbeat_age_s"],
                        stale_s=stale_s, leader=info["leader"], budget_used=used, budget_per_hour=budget_per_hour,
-                       problems=health.liveness(beat, info["leader"], lease, datetime.now(UTC), stale_s),
+                       problems=live_problems(info, datetime.now(UTC), stale_s),
                        degraded=list(info.get("degraded", [])))
 
 
