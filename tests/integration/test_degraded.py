@@ -90,3 +90,35 @@ def test_backpressure_and_a_failing_retrain(sqlite_store: Store, tmp_path: Path)
     _, _, counters = driver.state()
     assert health.RETRAIN in counters["degraded"]
     assert "worker ran out of memory" in counters["degraded"][health.RETRAIN]["detail"]
+
+
+def test_without_labels_past_the_grace_period_only_verified_tasks_are_emitted(sqlite_store: Store,
+                                                                                tmp_path: Path) -> None:
+    from sqlalchemy import select
+
+    from curriculum.store.models import QueueItem
+
+    driver, _ = make_driver(sqlite_store, tmp_path, budget_per_cycle=20, budget_per_hour=20,
+                            retrain_min_false_positives=0, unverified_grace_s=0.0, emit_lookback_cycles=1)
+    _cycle(driver)  # the whole hour's budget goes in cycle 0: labels stop, and the grace is zero
+    _, _, counters = driver.state()
+    assert health.BUDGET in counters["degraded"]
+    with sqlite_store.session() as s:
+        messages = [q.message for q in s.scalars(select(QueueItem))]
+    assert messages, "verified in-band tasks are still emitted"
+    assert all(m["spot_check"] is not None and m["spot_check"]["in_band"] is True for m in messages)
+
+
+def test_within_the_grace_period_emission_goes_on_with_probe_predictions(sqlite_store: Store,
+                                                                         tmp_path: Path) -> None:
+    from sqlalchemy import select
+
+    from curriculum.store.models import QueueItem
+
+    driver, _ = make_driver(sqlite_store, tmp_path, budget_per_cycle=20, budget_per_hour=20,
+                            retrain_min_false_positives=0, unverified_grace_s=3600.0, emit_lookback_cycles=1)
+    _cycle(driver)
+    _cycle(driver)  # cycle 1: no spot-check at all, its tasks go out on predictions
+    with sqlite_store.session() as s:
+        messages = [q.message for q in s.scalars(select(QueueItem))]
+    assert any(m["spot_check"] is None for m in messages)
