@@ -49,15 +49,23 @@ class TextFormatter(logging.Formatter):
         return super().format(record)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (click's test runner and pytest swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(fmt: LogFormat = "text", level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
     """Install one handler on the root logger (replacing an earlier one of ours)."""
     from probes.progress import set_mode
 
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
-            root.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    for old in list(root.handlers):
+        if old.get_name() == _HANDLER_NAME:
+            root.removeHandler(old)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.addHandler(handler)
