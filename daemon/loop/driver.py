@@ -118,7 +118,7 @@ class Driver:
         handler = getattr(self, f"_phase_{phase}")
         values: dict[str, float] = handler(cycle, counters)
         report = CycleReport(phase, cycle, time.perf_counter() - start, values)
-        log.info("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)
+        log.debug("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)  # the CLI prints it
         return report
 
     def _record(self, cycle: int, values: dict[str, float]) -> None:

@@ -1,9 +1,10 @@
 """Live output of ``propel run``: one line per phase, a summary row per cycle.
 
-Text mode prints with rich (colours on a terminal; never wrapped, so a redirected log keeps one row
-per line). JSON mode (``--log-format json``) logs every line on ``propel.run`` with the values as
-fields. Counts print with thousands separators. Alerts are not printed here: the alert manager's
-log sink prints each fire and resolve once.
+On a terminal it prints with rich (colours). Otherwise — a log file, docker, systemd — and in JSON
+mode (``--log-format json``) every line goes to the ``propel.run`` logger (timestamped text, or one
+JSON object with the values as fields), one row per line, never wrapped. Counts print with
+thousands separators. Alerts are not printed here: the alert manager's log sink prints each fire
+and resolve once.
 """
 
 from __future__ import annotations
@@ -34,13 +35,17 @@ def fmt_value(value: float) -> str:
 
 class Progress:
     def __init__(self, console: Console | None = None, json_mode: bool = False) -> None:
+        """``json_mode`` (or no terminal): lines go to the ``propel.run`` logger instead of the console."""
         self.console = console or Console(highlight=False, soft_wrap=True)
-        self.json_mode = json_mode
+        self.to_log = json_mode or (console is None and not self.console.is_terminal)
         self.values: dict[int, dict[str, float]] = defaultdict(dict)
 
     def say(self, text: str) -> None:
-        if self.json_mode:
-            log.info(strip_markup(text))
+        self._out(text)
+
+    def _out(self, text: str, fields: dict[str, object] | None = None) -> None:
+        if self.to_log:
+            log.info(strip_markup(text), extra={"fields": fields} if fields else None)
         else:
             self.console.print(text, soft_wrap=True)
 
@@ -48,19 +53,11 @@ class Progress:
         vals = self.values[report.cycle]
         vals.update({("rl_" + k if report.phase == "rl" else k): v for k, v in report.values.items()})
         brief = ", ".join(f"{k}={fmt_value(v)}" for k, v in list(report.values.items())[:4])
-        if self.json_mode:
-            log.info("cycle %d %s %.2fs", report.cycle, report.phase, report.seconds,
-                     extra={"fields": {"cycle": report.cycle, "phase": report.phase, "seconds": report.seconds,
-                                       "values": dict(report.values)}})
-        else:
-            self.console.print(f"[dim]cycle {report.cycle:,} {report.phase:<9} {report.seconds:6.2f}s  {brief}[/dim]",
-                               soft_wrap=True)
+        self._out(f"[dim]cycle {report.cycle:,} {report.phase:<9} {report.seconds:6.2f}s  {brief}[/dim]",
+                  {"cycle": report.cycle, "phase": report.phase, "seconds": report.seconds,
+                   "values": dict(report.values)})
         if report.phase == "emit":
             cells = [f"{label} {fmt.format(vals[key])}" for key, label, fmt in SUMMARY if key in vals]
-            if self.json_mode:
-                log.info("cycle %d summary", report.cycle,
-                         extra={"fields": {"cycle": report.cycle, "summary": {k: vals[k] for k, _, _ in SUMMARY
-                                                                              if k in vals}}})
-            else:
-                self.console.print(f"[bold]cycle {report.cycle:,}[/bold] │ " + " │ ".join(cells), soft_wrap=True)
+            self._out(f"[bold]cycle {report.cycle:,}[/bold] │ " + " │ ".join(cells),
+                      {"cycle": report.cycle, "summary": {k: vals[k] for k, _, _ in SUMMARY if k in vals}})
             self.values.pop(report.cycle, None)

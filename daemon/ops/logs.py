@@ -70,7 +70,8 @@ def configure_logging(fmt: LogFormat = "text", level: int | str = logging.INFO, 
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "urllib3", "celery", "kombu", "amqp", "alembic", "uvicorn.access"):
+    for noisy in ("httpx", "httpcore", "urllib3", "celery", "kombu", "amqp", "alembic", "uvicorn.access",
+                  "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
     if fmt == "json" or not (stream or sys.stderr).isatty():
         # Hugging Face's own tqdm bars ("Writing model shards", downloads) are terminal-only noise in a log

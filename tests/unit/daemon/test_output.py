@@ -107,3 +107,19 @@ def test_each_alert_is_printed_once(tmp_path: Path) -> None:
     text = out.getvalue() + logs.getvalue()
     assert text.count("validity_floor") == 2, text  # one line when it fires, one when it resolves
     assert "FIRING" in logs.getvalue() and "resolved" in logs.getvalue()
+
+
+def test_without_a_terminal_lines_become_timestamped_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    logs = io.StringIO()
+    configure_logging("text", "INFO", logs)
+    try:
+        progress = Progress()  # stdout is captured by pytest: not a terminal
+        assert progress.to_log
+        _cycle(progress, 2)
+    finally:
+        configure_logging("text", "WARNING", io.StringIO())
+    lines = logs.getvalue().splitlines()
+    assert capsys.readouterr().out == ""
+    assert len(lines) == 5 and all(line[:8].count(":") == 2 and " INFO " in line for line in lines)  # HH:MM:SS
+    assert lines[-1].endswith("cycle 2 │ RL reward +0.25 │ valid 97% │ pred. util 40% │ spot util 30% │ FPs 1,280 │ "
+                              "emitted 1,280 │ queue 1,234,567")
