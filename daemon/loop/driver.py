@@ -265,8 +265,7 @@ class Driver:
                     values |= self._collect_retrain(counters)  # in-process: finished already
         values.setdefault("retrained", 0.0)
         values["retrain_pending"] = float(bool(counters.get("retrain_job")))
-        self._health(counters, {health.RETRAIN: health.retrain_failing(int(counters.get("retrain_failures", 0)),
-                                                                         counters.get("retrain_last_error"))})
+        self._retrain_health(counters)
         self._record(cycle, values)
         self._advance("retrain", cycle, counters)
         return values
@@ -341,6 +340,15 @@ class Driver:
                         extra={"fields": {"recovered": d.reason}})
         counters["degraded"] = state
         self.hooks.degraded(state)
+
+    def _retrain_health(self, counters: dict[str, Any]) -> None:
+        name = counters.get("retrain_job")
+        job = retrain.job_outcome(self.store, name) if name else None
+        age = (datetime.now(UTC) - job.created_at).total_seconds() if job and job.state == "pending" else None
+        self._health(counters, {
+            health.RETRAIN: health.retrain_failing(int(counters.get("retrain_failures", 0)),
+                                                   counters.get("retrain_last_error")),
+            health.RETRAIN_WAITING: health.retrain_waiting(name, age, self.s.worker_silence_s)})
 
     def _spotcheck_health(self, used: int, counters: dict[str, Any]) -> None:
         now = datetime.now(UTC)

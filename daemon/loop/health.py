@@ -26,8 +26,9 @@ BUDGET = "solver_budget_exhausted"
 WORKERS = "spotcheck_workers_silent"
 BROKER = "broker_unreachable"
 RETRAIN = "retrain_failing"
+RETRAIN_WAITING = "retrain_workers_silent"
 BACKPRESSURE = "backpressure"
-REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, BACKPRESSURE)
+REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE)
 #: The reasons under which spot-check labels stop arriving.
 LABELS_MISSING: frozenset[str] = frozenset({BUDGET, WORKERS, BROKER})
 
@@ -83,6 +84,15 @@ def retrain_failing(consecutive_failures: int, last_reason: str | None) -> Degra
     return Degradation(RETRAIN, f"{consecutive_failures} aux-probe retrain(s) in a row failed"
                                 + (f" (last: {last_reason})" if last_reason else "")
                                 + ": the reward keeps its current probes")
+
+
+def retrain_waiting(job: str | None, age_s: float | None, silence_s: float) -> Degradation | None:
+    """A retrain job has had no outcome for ``silence_s``: no ``propel worker -Q retrain`` is consuming."""
+    if job is None or age_s is None or age_s < silence_s:
+        return None
+    return Degradation(RETRAIN_WAITING, f"aux-probe retrain {job} has had no outcome for {age_s:,.0f} s: start "
+                                        "`propel worker -Q retrain` (it is failed and retried after the broker's "
+                                        "time limit + visibility timeout)")
 
 
 def backpressure(ready: int, high_water_mark: int) -> Degradation | None:

@@ -122,3 +122,14 @@ def test_within_the_grace_period_emission_goes_on_with_probe_predictions(sqlite_
     with sqlite_store.session() as s:
         messages = [q.message for q in s.scalars(select(QueueItem))]
     assert any(m["spot_check"] is None for m in messages)
+
+
+def test_a_retrain_nobody_picks_up_is_said(sqlite_store: Store, tmp_path: Path) -> None:
+    retrainer = QueuedRetrainer()  # holds the job like a broker with no retrain worker
+    driver, _ = make_driver(sqlite_store, tmp_path, retrainer=retrainer, retrain_min_false_positives=1,
+                            worker_silence_s=0.0)
+    _cycle(driver)
+    assert retrainer.specs
+    _, _, counters = driver.state()
+    entry = counters["degraded"][health.RETRAIN_WAITING]
+    assert retrainer.specs[0].name in entry["detail"] and "propel worker -Q retrain" in entry["detail"]

@@ -84,3 +84,10 @@ def test_liveness(beat_s: float | None, leader: str | None, lease_s: float | Non
     assert len(got) == len(problems)
     for text, expected in zip(got, problems, strict=True):
         assert expected in text
+
+
+def test_retrain_waiting() -> None:
+    assert health.retrain_waiting(None, None, 600) is None
+    assert health.retrain_waiting("job", 599, 600) is None
+    d = health.retrain_waiting("job", 601, 600)
+    assert d is not None and d.reason == health.RETRAIN_WAITING and "601 s" in d.detail
