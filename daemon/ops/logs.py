@@ -31,7 +31,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
                                "level": record.levelname.lower(), "logger": record.name,
-                               "msg": strip_markup(record.getMessage())}
+                               "msg": record.getMessage()}
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update({k: v for k, v in fields.items() if k not in out})
@@ -44,16 +44,18 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
 
-    def format(self, record: logging.LogRecord) -> str:
-        record.msg = strip_markup(str(record.msg))
-        return super().format(record)
-
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at emit time (click's test runner and pytest swap it)."""
+    """stderr as it was when logging was configured, or the current one once that was closed (click's
+    test runner swaps stderr per invocation). Not the current one always: a Celery worker replaces
+    sys.stderr with a proxy that logs, and writing there from a log handler would loop."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
+        if getattr(self.stream, "closed", False):
+            self.stream = sys.stderr
         super().emit(record)
 
 
@@ -70,8 +72,8 @@ def configure_logging(fmt: LogFormat = "text", level: int | str = logging.INFO, 
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "urllib3", "celery", "kombu", "amqp", "alembic", "uvicorn.access",
-                  "apscheduler"):
+    # per-request and per-tick INFO lines; Celery's own loggers keep the worker's --loglevel
+    for noisy in ("httpx", "httpcore", "urllib3", "alembic", "uvicorn.access", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
     if fmt == "json" or not (stream or sys.stderr).isatty():
         # Hugging Face's own tqdm bars ("Writing model shards", downloads) are terminal-only noise in a log

@@ -64,15 +64,16 @@ def test_json_mode_logs_every_line_with_fields() -> None:
     assert records[-1] == {**records[-1], "level": "warning", "logger": "propel.alerts", "msg": "alert x FIRING"}
 
 
-def test_json_formatter_keeps_exceptions_and_strips_markup() -> None:
+def test_json_formatter_keeps_exceptions_and_progress_strips_markup() -> None:
     try:
         raise ValueError("bad")
     except ValueError:
         import sys
 
-        record = logging.LogRecord("propel", logging.ERROR, __file__, 1, "[red]failed[/red]", None, sys.exc_info())
+        record = logging.LogRecord("celery", logging.ERROR, __file__, 1, "Task x[abc-123] failed", None,
+                                   sys.exc_info())
     out = json.loads(JsonFormatter().format(record))
-    assert out["msg"] == "failed" and "ValueError: bad" in out["exc"]
+    assert out["msg"] == "Task x[abc-123] failed" and "ValueError: bad" in out["exc"]  # others' brackets stay
     assert strip_markup("[bold]cycle 3[/bold] │ [dim]x[/dim]") == "cycle 3 │ x"
     assert strip_markup("list [1, 2]") == "list [1, 2]"
 
