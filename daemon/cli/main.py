@@ -18,7 +18,8 @@ import click
 from daemon.cli.common import console, get_config
 from daemon.config import ConfigError, load_config, mask_url
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_UNREACHABLE = 0, 1, 2, 1
+EXIT_INVALID = 2  # invalid input or configuration
+EXIT_UNREACHABLE = 1  # a runtime failure: nothing answers at the API, store or broker address
 
 
 class PropelGroup(click.Group):
@@ -63,9 +64,7 @@ def unreachable_message(err: BaseException, cfg: Any = None) -> str | None:
         dsn = mask_url(cfg.database_url) if cfg is not None else "store.url"
         return (f"error: store {dsn} unreachable ({_short(err)}): check store.url / PROPEL_DATABASE_URL and that "
                 "the database is running (`propel db upgrade` creates the schema)")
-    module = type(err).__module__
-    if module.startswith(("kombu", "amqp", "redis")) or (isinstance(err, ConnectionError) and cfg is not None
-                                                         and cfg.broker.url):
+    if type(err).__module__.startswith(("kombu", "amqp", "redis")):
         broker = mask_url(cfg.broker.url) if cfg is not None and cfg.broker.url else "broker.url"
         return (f"error: broker {broker} unreachable ({_short(err)}): check broker.url / PROPEL_BROKER_URL and that "
                 "Redis or RabbitMQ is running")
