@@ -165,8 +165,8 @@ def bootstrap_threads() -> int:
 
     The model is ~1M parameters and a batch is 64 × ~25 tokens: each op is too small to split, and
     on a shared 2-core machine a second thread made every step several times slower
-    (``benchmarks/bootstrap_threads.py``: 0.37–0.47 s/step with 1 thread against 2.1–4.0 s with 2,
-    while other jobs ran). Same recipe, same quality; only the wall time changes."""
+    (``benchmarks/bootstrap_threads.py``: 0.37 s/step with 1 thread against 3.7 s with 2 at load
+    average 7, 0.57 against 8.3 s at load 13). Same recipe, same quality; only the wall time changes."""
     return max(1, int(os.environ.get("PROPEL_BOOTSTRAP_THREADS") or 1))
 
 
