@@ -3,8 +3,13 @@ scraped from a real HTTP server (its /metrics used to be empty)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -81,3 +86,25 @@ def test_serve_metrics_match_the_daemon_series(serve_url: tuple[str, Store, int]
     again = _scrape(url)  # a second scrape adds nothing
     assert again[("propel_tasks_emitted_total", ())] == 33 and again[("propel_cycles_total", ())] == 3
     assert again[("propel_alerts_fired_total", (("rule", "validity_floor"), ("severity", "warning")))] == 1
+
+
+def test_the_serve_command_exports_them(sqlite_store: Store, tmp_path: Path) -> None:
+    """The real `propel serve` process (its /metrics was empty: the app was built without the registry)."""
+    with sqlite_store.session() as s:
+        run_id = repo.get_or_create_run(s, "srv", "h", {})
+        repo.load_state(s, run_id)
+        repo.record_metrics(s, run_id, 0, {"emitted": 7.0, "validity": 0.8})
+        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(cycle=1))
+    port = free_port()
+    config = tmp_path / "serve.toml"
+    config.write_text(f'run_name = "srv"\n[store]\nurl = "{sqlite_store.url}"\n[api]\nport = {port}\n')
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(config), "serve"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc)
+        got = _scrape(f"http://127.0.0.1:{port}")
+        assert got[("propel_tasks_emitted_total", ())] == 7 and got[("propel_validity_ratio", ())] == 0.8
+        assert ("propel_degraded", (("reason", health.BUDGET),)) in got
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
