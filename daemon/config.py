@@ -364,6 +364,13 @@ def _mask(url: str) -> str:
 mask_url = _mask
 
 
+def mask_secrets(text: str) -> str:
+    """Mask ``user:password@`` in any URL inside free ``text`` (error messages)."""
+    import re
+
+    return re.sub(r"(\w+://[^:/@\s]*):[^@\s]+@", r"\1:***@", text)
+
+
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     for var, (section, key) in ENV_OVERRIDES.items():

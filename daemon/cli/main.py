@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from daemon.cli.common import console, get_config
-from daemon.config import ConfigError, load_config, mask_url
+from daemon.config import ConfigError, load_config, mask_secrets, mask_url
 
 EXIT_INVALID = 2  # invalid input or configuration
 EXIT_UNREACHABLE = 1  # a runtime failure: nothing answers at the API, store or broker address
@@ -69,13 +69,6 @@ def unreachable_message(err: BaseException, cfg: Any = None) -> str | None:
         return (f"error: broker {broker} unreachable ({_short(err)}): check broker.url / PROPEL_BROKER_URL and that "
                 "Redis or RabbitMQ is running")
     return None
-
-
-def mask_secrets(text: str) -> str:
-    """Mask ``user:password@`` in any URL inside ``text``."""
-    import re
-
-    return re.sub(r"(\w+://[^:/@\s]*):[^@\s]+@", r"\1:***@", text)
 
 
 def _short(err: BaseException) -> str:

@@ -23,6 +23,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
+from daemon.config import mask_secrets
 from daemon.http.run_status import daemon_status, live_problems
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
@@ -215,7 +216,7 @@ def _status_routes(app: FastAPI) -> None:
         try:
             info = daemon_status(ctx.store, ctx.run_name)
         except Exception as err:  # the store is down: that is the answer, not a 500
-            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
             return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
         problems = live_problems(info, datetime.now(UTC), ctx.heartbeat_stale_s)
         body = {"ok": not problems, "problems": problems, "heartbeat_at": info["heartbeat_at"],

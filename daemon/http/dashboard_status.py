@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from curriculum.store.db import Store
+from daemon.config import mask_secrets
 from daemon.http.run_status import daemon_status, live_problems
 
 
@@ -35,7 +36,8 @@ def collect_status(store: Store, run_name: str, stale_s: float, budget_per_hour:
     try:
         info = daemon_status(store, run_name)
     except Exception as err:  # the page still renders, saying so
-        return StatusPanel(error=f"store unreachable: {str(err).splitlines()[0][:200] if str(err) else err!r}")
+        return StatusPanel(error="store unreachable: " + mask_secrets(str(err).splitlines()[0][:200] if str(err)
+                                                                      else repr(err)))
     used = next((history[c]["solver_budget_used"] for c in sorted(history, reverse=True)
                  if "solver_budget_used" in history[c]), None)
     return StatusPanel(phase=info["phase"], cycle=int(info["cycle"]), heartbeat_age_s=info["heartbeat_age_s"],

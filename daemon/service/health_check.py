@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 
 from curriculum.store.models import DaemonState, Run
-from daemon.config import PropelConfig, mask_url
+from daemon.config import PropelConfig, mask_secrets, mask_url
 from daemon.loop import health
 from daemon.service.api_app import api_url
 from daemon.service.settings import build_store
@@ -26,7 +26,7 @@ class CheckResult:
 
 
 def _first_line(err: BaseException) -> str:
-    return next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)[:200]
+    return mask_secrets(next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)[:200])
 
 
 def check_live(cfg: PropelConfig, stale_s: float, require_api: bool, timeout_s: float = 3.0) -> CheckResult:
