@@ -19,10 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum.store import queue, repo
-from curriculum.store.db import Store
+from curriculum.store.db import Store, StoreError
 from daemon.config import mask_secrets
 from daemon.http.run_status import daemon_status, live_problems
 
@@ -205,9 +206,14 @@ def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> N
 
 def _status_routes(app: FastAPI) -> None:
     @app.get("/v1/status", tags=["status"])
-    def status(ctx: Ctx) -> dict[str, Any]:
-        """Daemon phase, cycle, heartbeat, leader, counters, queue depth, active probes."""
-        return daemon_status(ctx.store, ctx.run_name)
+    def status(ctx: Ctx) -> Any:
+        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes
+        (503 with the reason when the store does not answer)."""
+        try:
+            return daemon_status(ctx.store, ctx.run_name)
+        except (SQLAlchemyError, StoreError) as err:
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
+            return JSONResponse({"detail": f"store unreachable: {reason}"}, status_code=503)
 
     @app.get("/healthz", tags=["status"])
     def healthz(ctx: Ctx) -> JSONResponse:
@@ -215,7 +221,7 @@ def _status_routes(app: FastAPI) -> None:
         with the reasons. Degraded reasons are listed but do not fail the check (the daemon is alive)."""
         try:
             info = daemon_status(ctx.store, ctx.run_name)
-        except Exception as err:  # the store is down: that is the answer, not a 500
+        except (SQLAlchemyError, StoreError) as err:  # the store is down: that is the answer, not a 500
             reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
             return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
         problems = live_problems(info, datetime.now(UTC), ctx.heartbeat_stale_s)

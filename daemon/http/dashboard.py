@@ -30,10 +30,11 @@ from matplotlib import rc_context
 from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
-from curriculum.store.db import Store
+from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
-from daemon.config import mask_url
+from daemon.config import mask_secrets, mask_url
 from daemon.http.dashboard_status import STATUS_CSS, StatusPanel, collect_status, render_status, status_json
 from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule
 from daemon.ops.metrics import QUEUE_STATES
@@ -369,15 +370,30 @@ def cached_page(store: Store, run_name: str, rules: Sequence[AlertRule], stale_s
     return page.replace(STATUS_SLOT, render_status(data.status), 1)
 
 
+def _store_down(err: Exception) -> StatusPanel:
+    text = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+    return StatusPanel(error=f"store unreachable: {mask_secrets(text)}")
+
+
 @router.get("/dashboard", response_class=HTMLResponse)
 def dashboard(request: Request) -> HTMLResponse:
     """The operator dashboard: what the daemon does now, collapse metrics, alerts, queue, probes, spot-checks."""
     store, run_name, rules, stale_s, budget = _state(request)
-    return HTMLResponse(cached_page(store, run_name, rules, stale_s, budget))
+    try:
+        return HTMLResponse(cached_page(store, run_name, rules, stale_s, budget))
+    except (SQLAlchemyError, StoreError) as err:  # say so on the page (it refreshes itself), not a 500
+        body = render_status(_store_down(err))
+        return HTMLResponse(f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" '
+                            f'content="30"><title>propel dashboard — {html.escape(run_name)}</title><style>{_CSS}'
+                            f"{STATUS_CSS}</style></head><body><h1>propel — run {html.escape(run_name)}</h1>{body}"
+                            "</body></html>", status_code=503)
 
 
 @router.get("/dashboard/data.json")
 def dashboard_data(request: Request) -> JSONResponse:
     """The dashboard's data: status, metric series per cycle, alerts, queue depths, probes, spot-check counts."""
     store, run_name, _, stale_s, budget = _state(request)
-    return JSONResponse(data_json(collect(store, run_name, stale_s, budget)))
+    try:
+        return JSONResponse(data_json(collect(store, run_name, stale_s, budget)))
+    except (SQLAlchemyError, StoreError) as err:
+        return JSONResponse({"run": run_name, "status": status_json(_store_down(err))}, status_code=503)
