@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -54,13 +54,20 @@ def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
 
 
 def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
-                sampling: Sampling) -> list[LabelValue]:
-    """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored)."""
-    if not tasks:
-        return []
-    answers = solver.generate([domain.solver_prompt(t) for t in tasks], band.k, sampling)
-    return [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
-            for t, row in zip(tasks, answers, strict=True)]
+                sampling: Sampling, progress: Callable[[int], None] | None = None,
+                chunk: int = 64) -> list[LabelValue]:
+    """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored).
+
+    Tasks go to the solver ``chunk`` at a time; ``progress(n)`` is called after each chunk."""
+    out: list[LabelValue] = []
+    for start in range(0, len(tasks), max(1, chunk)):
+        part = tasks[start:start + max(1, chunk)]
+        answers = solver.generate([domain.solver_prompt(t) for t in part], band.k, sampling)
+        out += [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
+                for t, row in zip(part, answers, strict=True)]
+        if progress is not None:
+            progress(len(part))
+    return out
 
 
 def false_positives(items: Sequence[tuple[int, bool, float, LabelValue]], threshold: float,

@@ -16,7 +16,6 @@ from typing import Any
 import click
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from probes import (
     ARCHITECTURES,
@@ -46,16 +45,16 @@ from probes import (
 )
 from probes.data import labels_for
 from probes.inputs import TextInput
+from probes.progress import ProgressReporter
 
 console = Console(stderr=True)
 
 
 @contextmanager
 def _progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+    """The shared reporter: a bar on a terminal, a line every ≤ 30 s in a log (see probes.progress)."""
+    with ProgressReporter(description, total) as bar:
+        yield bar.advance
 
 
 def _csv(kind: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, str], list[Any]]:

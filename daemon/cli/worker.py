@@ -35,8 +35,12 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
     wanted = [k.strip() for k in kinds.split(",") if k.strip()]
     if not wanted or set(wanted) - set(JOB_KINDS):
         raise click.BadParameter(f"{kinds!r}: choose from {', '.join(JOB_KINDS)}", param_hint="--queues")
+    from kombu import Connection
+
     cfg = get_config(ctx)
     settings = worker_settings(cfg)
+    with Connection(settings.broker_url, connect_timeout=5) as conn:  # unreachable: one line, not a retry loop
+        conn.ensure_connection(max_retries=1, timeout=5)
     runtime.configure(settings)
     app = configure_app(settings)
     queues = ",".join(queue_name(cfg.run_name, k) for k in wanted)

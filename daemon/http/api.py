@@ -9,8 +9,9 @@ fresh labels for later probe retraining.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
@@ -18,11 +19,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum.store import queue, repo
-from curriculum.store.db import Store
-from curriculum.store.models import DaemonState, Run
+from curriculum.store.db import Store, StoreError
+from daemon.config import mask_secrets
+from daemon.http.run_status import daemon_status, live_problems
 from probes.band import Band
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
@@ -55,6 +58,7 @@ class ApiContext:
     heartbeat_stale_s: float = 300.0
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
 
 
 class LeaseRequest(BaseModel):
@@ -201,38 +205,33 @@ def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> N
 
 def _status_routes(app: FastAPI) -> None:
     @app.get("/v1/status", tags=["status"])
-    def status(ctx: Ctx) -> dict[str, Any]:
-        """Daemon phase, cycle, heartbeat, leader, counters, queue depth, active probes."""
-        return daemon_status(ctx.store, ctx.run_name)
+    def status(ctx: Ctx) -> Any:
+        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes
+        (503 with the reason when the store does not answer)."""
+        try:
+            return daemon_status(ctx.store, ctx.run_name)
+        except (SQLAlchemyError, StoreError) as err:
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
+            return JSONResponse({"detail": f"store unreachable: {reason}"}, status_code=503)
 
     @app.get("/healthz", tags=["status"])
     def healthz(ctx: Ctx) -> JSONResponse:
-        """200 when the store answers and the daemon's heartbeat is fresh, else 503."""
-        info = daemon_status(ctx.store, ctx.run_name)
-        beat = info.get("heartbeat_at")
-        fresh = beat is not None and datetime.fromisoformat(beat) > datetime.now(UTC) - timedelta(
-            seconds=ctx.heartbeat_stale_s)
-        return JSONResponse({"ok": fresh, "heartbeat_at": beat}, status_code=200 if fresh else 503)
+        """200 when the store answers, the daemon's heartbeat is fresh and a leader holds the run; else 503
+        with the reasons. Degraded reasons are listed but do not fail the check (the daemon is alive)."""
+        try:
+            info = daemon_status(ctx.store, ctx.run_name)
+        except (SQLAlchemyError, StoreError) as err:  # the store is down: that is the answer, not a 500
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
+            return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
+        problems = live_problems(info, datetime.now(UTC), ctx.heartbeat_stale_s)
+        body = {"ok": not problems, "problems": problems, "heartbeat_at": info["heartbeat_at"],
+                "heartbeat_age_s": info["heartbeat_age_s"], "heartbeat_stale_s": ctx.heartbeat_stale_s,
+                "leader": info["leader"], "phase": info["phase"], "cycle": info["cycle"], "degraded": info["degraded"]}
+        return JSONResponse(body, status_code=200 if not problems else 503)
 
     @app.get("/metrics", tags=["status"])
     def metrics(ctx: Ctx) -> Response:
         """Prometheus exposition of the ``propel_`` metrics."""
+        if ctx.refresh_metrics is not None:  # `propel serve`: read what the daemon stored
+            ctx.refresh_metrics()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run."""
-    from sqlalchemy import select
-
-    with store.session() as s:
-        run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
-        state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
-        active = repo.active_probes(s, run_id) if run_id else []
-        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
-    return {
-        "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
-        "counters": dict(state.counters) if state else {},
-        "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
-        "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
-    }

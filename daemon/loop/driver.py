@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 
 from curriculum import retrain
 from curriculum.diversity import collapse_metrics
@@ -39,6 +39,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
+from daemon.loop import health
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.state import DriverState, PendingCheck, load_state
@@ -70,6 +71,8 @@ class DriverSettings:
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
     spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
     spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
+    worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
+    unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
 
 
 @dataclass
@@ -88,6 +91,9 @@ class DriverHooks:
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
         """Evaluate alert rules on the cycle's metrics; apply mitigations by editing ``state``
         (``kl_factor``, ``force_retrain``, ``paused_topics``/``paused_by``)."""
+
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        """Called with the degraded state (reason → detail, since, until) after each health check."""
 
 
 def merge_harvests(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
@@ -140,7 +146,7 @@ class Driver:
         values: dict[str, float] = handler(cycle, state)
         report = CycleReport(phase, cycle, self.timer() - start, values)
         self._phase_done(report, state)
-        log.info("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)
+        log.debug("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)  # the CLI prints it
         return report
 
     def _phase_done(self, report: CycleReport, saved: DriverState) -> None:
@@ -236,6 +242,7 @@ class Driver:
         values = merge_harvests(values, self._harvest(state))  # in-process checks are done already
         values |= expired
         values["spotcheck_dispatched"] = float(len(chosen))
+        self._spotcheck_health(used + len(chosen), state)
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
         values["solver_trials"] = float(self._count_trials(state))
         self._record(cycle, values)
@@ -341,6 +348,7 @@ class Driver:
                     values |= self._collect_retrain(state)  # in-process: finished already
         values.setdefault("retrained", 0.0)
         values["retrain_pending"] = float(state.retrain_job is not None)
+        self._retrain_health(state)
         self._record(cycle, values)
         self._advance("retrain", cycle, state)
         return values
@@ -385,6 +393,9 @@ class Driver:
                 self._submit_retrain(job.spec, state)
             return {}
         state.retrain_job = None
+        if job.state == "failed":
+            state.retrain_failures += 1
+            state.retrain_last_error = str(job.reason or "")[:200]
         if job.state != "done" or job.probe_id is None:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
@@ -399,6 +410,7 @@ class Driver:
         with self.store.session() as s:
             lineage.mark_false_positives_consumed(s, self.run_id, list(job.false_positive_ids))
         state.totals.retrains += 1
+        state.retrain_failures = 0
         log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
         return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
 
@@ -417,6 +429,40 @@ class Driver:
         self.engine.load_probes([p.artifact_uri for p in active if p.role == "primary"],
                                 [p.artifact_uri for p in active if p.role == "aux"])
 
+    # ---- degraded state (daemon.loop.health) ---------------------------------------------------
+    def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None:
+        """Merge ``checks`` into ``state.degraded``; log what started and ended, once each."""
+        merged, started, ended = health.merge(state.degraded, checks, self.clock())
+        for d in started:
+            log.warning("degraded: %s: %s", d.reason, d.detail, extra={"fields": {"degraded": d.reason}})
+        for d in ended:
+            log.warning("recovered: %s (degraded since %s)", d.reason, d.since,
+                        extra={"fields": {"recovered": d.reason}})
+        state.degraded = merged
+        self.hooks.degraded(merged)
+
+    def _retrain_health(self, state: DriverState) -> None:
+        name = state.retrain_job
+        job = retrain.job_outcome(self.store, name) if name else None
+        age = (self.clock() - job.created_at).total_seconds() if job and job.state == "pending" else None
+        self._health(state, {
+            health.RETRAIN: health.retrain_failing(state.retrain_failures, state.retrain_last_error),
+            health.RETRAIN_WAITING: health.retrain_waiting(name, age, self.s.worker_silence_s)})
+
+    def _spotcheck_health(self, used: int, state: DriverState) -> None:
+        now = self.clock()
+        since = min((c.dispatched_at for c in state.spotcheck_pending.values()), default=None)
+        with self.store.session() as s:
+            window = now - timedelta(hours=1)
+            oldest, latest = s.execute(select(
+                func.min(case((SolverTrial.created_at >= window, SolverTrial.created_at))),
+                func.max(SolverTrial.created_at)).where(SolverTrial.solver_id == self.spot.solver_id)).one()
+        self._health(state, {
+            health.BUDGET: health.budget_exhausted(used, self.s.budget_per_hour, _aware(oldest)),
+            health.WORKERS: health.workers_silent(len(state.spotcheck_pending), since, _aware(latest), now,
+                                                  self.s.worker_silence_s),
+            health.BROKER: health.broker_unreachable(len(state.spotcheck_undispatched))})
+
     def _phase_emit(self, cycle: int, state: DriverState) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
         with self.store.session() as s:
@@ -430,9 +476,12 @@ class Driver:
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
             ready = queue.ready_count(s)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
+            self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
+            verified = health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,
                                      max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
-                                     ready_now=ready, paused_topics=frozenset(state.paused_topics)))
+                                     ready_now=ready, paused_topics=frozenset(state.paused_topics),
+                                     verified_only=verified))
             prov = self.engine.provenance()
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in rows
                      if r.TaskRow.id in plan]
@@ -458,3 +507,8 @@ class Driver:
                                   probe_ensemble_id=r.ensemble_key, reference_model=self.s.reference_model,
                                   reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
         return msg.model_dump(mode="json")
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    """SQLite returns naive UTC datetimes; PostgreSQL aware ones."""
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t

@@ -59,6 +59,10 @@ class DriverState(BaseModel):
     retrain_job: str | None = None
     retrain_undispatched: bool = False
     totals: Totals = Field(default_factory=Totals)
+    degraded: dict[str, dict[str, Any]] = Field(default_factory=dict, description="reason → detail, since, until "
+                                                "(daemon.loop.health)")
+    retrain_failures: int = Field(0, ge=0, description="retrain jobs failed in a row")
+    retrain_last_error: str | None = None
 
     def stored(self) -> dict[str, Any]:
         """The JSON written to ``daemon_state.counters``."""
@@ -86,7 +90,7 @@ def load_state(stored: Mapping[str, Any], now: datetime) -> DriverState:
 
 def _from_v1(old: dict[str, Any], now: datetime) -> dict[str, Any]:
     keep = ("kl_factor", "force_retrain", "dominant_topic", "paused_topics", "paused_by", "spotcheck_undispatched",
-            "retrain_job", "retrain_undispatched")
+            "retrain_job", "retrain_undispatched", "degraded", "retrain_failures", "retrain_last_error")
     new: dict[str, Any] = {k: old[k] for k in keep if k in old}
     new["spotcheck_pending"] = {int(t): {"dispatched_at": now} for t in old.get("spotcheck_pending", [])}
     new["totals"] = {"emitted": int(old.get("emitted_total", 0))}

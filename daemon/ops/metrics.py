@@ -5,41 +5,11 @@ Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``,
 
 * **gauges** — the values a phase records in the ``metrics`` table (:func:`export_gauges`):
 
-  =======================  ===============================================
-  metric-table name        Prometheus series
-  =======================  ===============================================
-  ``self_bleu3``           ``propel_self_bleu3_ratio``
-  ``distinct3``            ``propel_distinct3_ratio``
-  ``top_topic_share``      ``propel_top_topic_share_ratio``
-  ``validity``             ``propel_validity_ratio``
-  ``reward_mean``          ``propel_reward_mean``
-  ``reward_var``           ``propel_reward_variance`` (RVP)
-  ``probe_precision``      ``propel_probe_precision_ratio``
-  ``false_positive_rate``  ``propel_false_positive_ratio``
-  ``spotcheck_utility``    ``propel_spotcheck_utility_ratio``
-  ``queue_ready``          ``propel_queue_depth{state="ready"}``
-  ``solver_budget_used``   ``propel_solver_budget_used_ratio``
-  ``retrain_pending``      ``propel_retrain_pending`` (1 while a job runs)
-  =======================  ===============================================
-
-* **counters** — the run's totals in the driver state (:class:`daemon.loop.state.Totals`, saved
-  with each phase transition, so exactly once across a crash and restart), exported by
-  :func:`export_totals` as the difference to what this process exported before (a restarted
-  process starts its counters at the stored totals): ``propel_tasks_emitted_total``,
-  ``propel_solver_trials_total``, ``propel_aux_retrains_total``,
-  ``propel_spotchecks_redispatched_total``, ``propel_spotchecks_abandoned_total`` and
-  ``propel_cycles_total``. Their per-phase deltas are also metric-table rows (``emitted``,
-  ``solver_trials``, ``retrained``, ``spotchecks_abandoned``) that alert rules may use;
-* the histogram ``propel_phase_duration_seconds{phase}``, observed by ``Driver.tick`` after every
-  phase (the same seconds are stored as ``<phase>_seconds`` metric rows).
-
-Plus ``propel_cycle`` (current cycle), ``propel_alerts_fired_total{rule,severity}`` and
-``propel_alert_active{rule,severity}`` (1 while open; from the alert sinks).
-"""
+  =======================  ========================================"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -85,6 +55,7 @@ class PropelMetrics:
     alerts_fired: Counter
     alert_active: Gauge
     phase_duration: Histogram
+    degraded: Gauge
     exported: dict[str, float] = field(default_factory=dict)  # what this process added to each total
 
 
@@ -104,6 +75,8 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
         phase_duration=Histogram(
             "propel_phase_duration_seconds", "Wall time of one daemon phase", ["phase"], registry=reg,
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)),
+        degraded=Gauge("propel_degraded", "1 while the daemon is degraded for this reason (see /v1/status)",
+                       ["reason"], registry=reg),
     )
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape
         metrics.phase_duration.labels(phase=phase)
@@ -145,6 +118,13 @@ def export_queue_depths(registry_obj: PropelMetrics, depths: Mapping[str, int]) 
     """Set ``propel_queue_depth{state}`` for every state (``repo.queue_depths``; absent states → 0)."""
     for state in QUEUE_STATES:
         registry_obj.queue_depth.labels(state=state).set(float(depths.get(state, 0)))
+
+
+def export_degraded(registry_obj: PropelMetrics, active: Iterable[str], reasons: Iterable[str]) -> None:
+    """``propel_degraded{reason}``: 1 for each ``active`` reason, 0 for the other known ``reasons``."""
+    on = set(active)
+    for reason in {*reasons, *on}:
+        registry_obj.degraded.labels(reason=reason).set(1.0 if reason in on else 0.0)
 
 
 def observe_phase(registry_obj: PropelMetrics, phase: str, seconds: float) -> None:

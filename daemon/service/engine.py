@@ -30,6 +30,7 @@ from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
 from daemon.service.settings import band, build_artifacts, build_configured_solver, sampling
 from probes import (
+    ExtractionConfig,
     FeatureExtractor,
     FeatureSpec,
     FrozenReference,
@@ -39,6 +40,7 @@ from probes import (
     save_probe,
 )
 from probes.fit import fit_probe
+from probes.progress import ProgressReporter
 
 log = logging.getLogger("propel.engine")
 
@@ -116,7 +118,8 @@ class PropelEngine:
         self.ensemble = EnsembleSpec(self.cfg.probes.ensemble, tuple(artifact_uris), tuple(aux_uris))
         local = self.artifacts.local_path
         self.scorer = ProbeScorer.from_artifacts(self.reference, [local(u) for u in artifact_uris],
-                                                 self.cfg.probes.ensemble, [local(u) for u in aux_uris])
+                                                 self.cfg.probes.ensemble, [local(u) for u in aux_uris],
+                                                 ExtractionConfig(batch_size=self.cfg.reference.batch_size))
         group = self.cfg.rl.num_generations
         margin = self.cfg.rl.invalid_floor_margin
         texts = self.calibration_texts
@@ -134,7 +137,9 @@ class PropelEngine:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
         texts, labels = self._offline_labels(self.cfg.probes.train_samples)
-        x = FeatureExtractor(self.reference).extract(texts, [self.spec])[self.spec]
+        extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
+        with ProgressReporter("probe features", len(texts), unit="texts") as bar:
+            x = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
         y = np.array([int(bool(lab.in_band)) for lab in labels])
         ids = []
         for member in range(self.cfg.probes.members):
@@ -156,7 +161,8 @@ class PropelEngine:
         tasks = list({v.task.content_hash: v.task for v in checks}.values())
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
-        labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg))
+        with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
+            labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
         keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
         pos = sum(1 for i in keep if labels[i].in_band)
         if pos == 0 or pos == len(keep):

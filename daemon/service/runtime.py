@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from threading import Event
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from curriculum.store.db import Store
 from daemon.config import PropelConfig, mask_url
+from daemon.loop import health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
@@ -15,7 +16,7 @@ from daemon.loop.state import DriverState
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
-from daemon.ops.metrics import PropelMetrics, build_metrics
+from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
 
@@ -54,6 +55,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     store, run_id = open_run(cfg)
     metrics = build_metrics()
+    export_degraded(metrics, [], health.REASONS)
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
@@ -69,16 +71,10 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:
         def start_api() -> Callable[[], None]:
-            from daemon.http.api import ApiContext, create_app
             from daemon.http.server import start_api_thread
+            from daemon.service.api_app import build_api_app
 
-            sc = cfg.spotcheck
-            ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,
-                             max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
-                             heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes)
-            app = create_app(ctx)
-            app.state.alert_rules = cfg.alerts.rules
-            stop = start_api_thread(cfg, app)
+            stop = start_api_thread(cfg, build_api_app(cfg, store, metrics))
             progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
             return stop
 
@@ -95,20 +91,17 @@ class ServiceHooks(DriverHooks):
 
     def __init__(self, cfg: PropelConfig, store: Store, run_id: int, metrics: PropelMetrics,
                  progress: Progress) -> None:
-        self.progress = progress
+        self.progress, self.metrics = progress, metrics
         self.alerts_mgr = AlertManager(store, run_id, cfg.run_name, cfg.alerts.rules,
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
         res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
         paused = set(state.paused_topics)
-        for event in res.fired:
-            self.progress.say(f"[red]alert[/red] {event.rule} fired at cycle {cycle} (value {event.value:.3g})")
+        # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:
-            self.progress.say(f"[green]resolved[/green] {event.rule} at cycle {cycle}")
             paused -= set(state.paused_by.pop(event.rule, []))
         for m in res.mitigations:
-            self.progress.say(f"mitigation {m.kind.value} (rule {m.rule}, topic {m.topic})")
             if m.kind == MitigationKind.RAISE_KL:
                 state.kl_factor = float(m.factor or 2.0)
             elif m.kind == MitigationKind.RETRAIN_AUX_TOPIC:
@@ -117,6 +110,9 @@ class ServiceHooks(DriverHooks):
                 paused.add(m.topic)
                 state.paused_by.setdefault(m.rule, []).append(m.topic)
         state.paused_topics = sorted(paused)
+
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        export_degraded(self.metrics, state, health.REASONS)
 
     def close(self) -> None:
         self.alerts_mgr.close()

@@ -70,3 +70,24 @@ def test_cli_bootstrap_caches_where_the_daemon_looks(tmp_path: Path, monkeypatch
     said: list[str] = []
     path = resolve_model("bootstrap:arith", load_config(config), said.append)
     assert path.startswith(str(tmp_path / "data")) and "(reused)" in said[-1]
+
+
+def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    import torch
+
+    from curriculum import bootstrap as boot
+
+    seen: list[int] = []
+    real_train = boot.train
+
+    def spy(*args: object, **kwargs: object) -> float:
+        seen.append(torch.get_num_threads())
+        return real_train(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(boot, "train", spy)
+    before = torch.get_num_threads()
+    boot.bootstrap("arith", tmp_path, settings=TINY, show_progress=False, force=True)
+    monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", "2")
+    boot.bootstrap("arith", tmp_path / "b", settings=TINY, show_progress=False, force=True)
+    assert seen == [1, 2] and torch.get_num_threads() == before
