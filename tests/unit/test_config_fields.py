@@ -38,6 +38,7 @@ VALUES: dict[str, Any] = {
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01,
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
+    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
     "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True,
@@ -138,6 +139,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "daemon.emit_lookback_cycles": lambda c: ds(c).emit_lookback_cycles,
         "daemon.heartbeat_stale_s": lambda c: _api_ctx(c).heartbeat_stale_s,
         "daemon.worker_silence_s": lambda c: ds(c).worker_silence_s,
+        "spotcheck.deadline_s": lambda c: ds(c).spotcheck_deadline_s,
+        "spotcheck.redispatches": lambda c: ds(c).spotcheck_redispatches,
+        "artifacts.url": lambda c: ws(c).artifacts_url,
     }
 
 
