@@ -9,6 +9,7 @@ directories, ``test_*.py``, ``*_test.py``, ``conftest.py``) and must touch only 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -96,7 +97,8 @@ def git_apply(root: Path, patch: str, reverse: bool = False, check_only: bool = 
         argv.append("-R")
     if check_only:
         argv.append("--check")
-    done = subprocess.run([*argv, "-"], input=patch, cwd=root, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)}  # never an enclosing repository
+    done = subprocess.run([*argv, "-"], input=patch, cwd=root, capture_output=True, text=True, timeout=60, env=env)
     if done.returncode == 0:
         return None
     lines = done.stderr.strip().splitlines()
@@ -107,10 +109,10 @@ def unified_diff(path: str, before: str, after: str) -> str:
     """A ``git apply``-able diff of one file (``a/``/``b/`` prefixes, no-newline markers)."""
     lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                  f"a/{path}", f"b/{path}", n=3)
-    out = []
+    out = [f"diff --git a/{path} b/{path}\n"]  # also ends the previous hunk for ``--recount``
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
-    return "".join(out)
+    return "".join(out) if len(out) > 1 else ""
 
 
 def diff_trees(root_before: Path, root_after: Path, paths: list[str]) -> str:

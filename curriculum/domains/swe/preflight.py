@@ -30,7 +30,7 @@ from curriculum.domains.swe.sandbox import (
 )
 from curriculum.sandbox.base import Limits
 
-PREFLIGHT_VERSION = 1
+PREFLIGHT_VERSION = 2
 _NETWORK_MARKERS = ("gaierror", "Temporary failure in name resolution", "Network is unreachable",
                     "Name or service not known", "ConnectionRefusedError", "urlopen error", "NewConnectionError")
 
@@ -55,6 +55,7 @@ class PreflightResult:
     test_count: int = 0
     baseline_failures: list[str] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)
+    unstable_ids: list[str] = field(default_factory=list)
     grading_tests: list[str] = field(default_factory=list)
     suite_s: float = 0.0
     runner: str = ""
@@ -97,10 +98,12 @@ def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: Pre
             return PreflightResult(status="excluded", reason="baseline collection errors in "
                                    + ", ".join(run.collect_errors[:3]), **base)
     one, two = first.outcomes(), second.outcomes()
-    flaky = sorted(t for t in set(one) | set(two) if one.get(t) != two.get(t))
-    failures = sorted(set(_failing(first)) | set(_failing(second)) - set(flaky))
+    flaky = sorted(t for t in set(one) & set(two) if one[t] != two[t])
+    unstable = sorted(set(one) ^ set(two))  # ids seen in one run only: never graded
+    failures = sorted((set(_failing(first)) & set(_failing(second))) - set(flaky))
     grading = sorted(t for t, o in one.items() if o == "passed" and two.get(t) == "passed")
-    stats = {**base, "test_count": len(one), "baseline_failures": failures, "flaky": flaky, "grading_tests": grading}
+    stats = {**base, "test_count": len(one), "baseline_failures": failures, "flaky": flaky,
+             "unstable_ids": unstable, "grading_tests": grading}
     network = [t for t in failures if any(m in first.results[t].message or m in second.results[t].message
                                           for m in _NETWORK_MARKERS)]
     reason = None
@@ -112,7 +115,7 @@ def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: Pre
         reason = f"{len(failures)} tests fail at baseline (allowed {policy.max_baseline_failures}), e.g. {failures[0]}"
     elif base["suite_s"] > policy.max_suite_s:  # type: ignore[operator]
         reason = f"suite takes {base['suite_s']}s (limit {policy.max_suite_s}s)"
-    elif len(flaky) > policy.max_flaky_share * len(one):
+    elif len(flaky) + len(unstable) > policy.max_flaky_share * len(one):
         reason = f"{len(flaky)} flaky tests (more than {policy.max_flaky_share:.0%})"
     elif not grading:
         reason = "no test passes at baseline"

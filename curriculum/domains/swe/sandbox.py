@@ -95,14 +95,21 @@ def pytest_argv(config: SuiteConfig, report: str, select: tuple[str, ...] = ()) 
 
 
 def bootstrap_code(repo_dir: str, paths: tuple[str, ...], args: list[str]) -> str:
-    """The ``python -I -c`` program: repository paths first on sys.path, then ``pytest.main``."""
+    """The ``python -c`` program: repository paths first on sys.path, then ``pytest.main``."""
     entries = [os.path.normpath(os.path.join(repo_dir, p)) for p in paths]
     return (f"import os, sys; sys.path[:0] = {entries!r}; os.chdir({repo_dir!r}); import pytest; "
             f"sys.exit(pytest.main({args!r}))")
 
 
+#: Interpreter flags: no user site, no script dir on sys.path. Not ``-I``: it would ignore
+#: PYTHONHASHSEED, and a fixed hash seed keeps parametrised test ids (built from sets) stable
+#: between runs. The environment is the scrubbed one either way.
+PY_FLAGS = ("-s", "-P")
+
+
 def suite_env(home: str) -> dict[str, str]:
-    return {**SCRUBBED_ENV, "HOME": home, "TMPDIR": home, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return {**SCRUBBED_ENV, "HOME": home, "TMPDIR": home, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTHONHASHSEED": "0"}
 
 
 class Workspace:
@@ -134,7 +141,7 @@ def copy_tree(source: Path, target: Path) -> None:
         shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
 
 
-def _chown_tree(root: Path, uid: int) -> None:
+def chown_tree(root: Path, uid: int) -> None:
     os.chown(root, uid, uid)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -149,14 +156,14 @@ class SuiteRunner(Protocol):
         ...
 
 
-def _prepare(root: Path) -> Path:
+def prepare_run(root: Path) -> Path:
     out = root / REPORT_DIR
     shutil.rmtree(out, ignore_errors=True)
     (out / "tmp").mkdir(parents=True)
     return out
 
 
-def _finish(result: ExecutionResult, report: Path, backend: str, isolation: str) -> SuiteRun:
+def finish_run(result: ExecutionResult, report: Path, backend: str, isolation: str) -> SuiteRun:
     common: dict[str, Any] = {"exit_code": result.returncode, "run_s": result.wall_s, "backend": backend,
                               "isolation": isolation}
     if result.meta.get("infra"):
@@ -195,16 +202,16 @@ class RlimitSuiteRunner:
         code = bootstrap_code(str(root), pythonpath_for(root, config), pytest_argv(config, report, select))
         net = [self.unshare, "--net", "--"] if self.as_root and self.unshare else []
         drop = uid_drop_argv() if self.as_root else []
-        return [*net, *prlimit_argv(config.limits, PRLIMIT), *drop, runtime.executable, *runtime.flags, "-c", code]
+        return [*net, *prlimit_argv(config.limits, PRLIMIT), *drop, runtime.executable, *PY_FLAGS, "-c", code]
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
-        out = _prepare(root)
+        out = prepare_run(root)
         if self.as_root:
-            _chown_tree(root, NOBODY)
+            chown_tree(root, NOBODY)
         report = out / "junit.xml"
         result = run_command(self.argv(root, config, str(report), select), b"", suite_env(str(out / "tmp")),
                              config.limits, self.name, cwd=str(root))
-        return _finish(result, report, self.name, self.isolation)
+        return finish_run(result, report, self.name, self.isolation)
 
 
 class BubblewrapSuiteRunner:
@@ -221,7 +228,7 @@ class BubblewrapSuiteRunner:
         runtime = python_runtime(site_packages=True)
         report = f"{self.mount}/{REPORT_DIR}/junit.xml"
         code = bootstrap_code(self.mount, pythonpath_for(root, config), pytest_argv(config, report, select))
-        inner = [*prlimit_argv(config.limits, PRLIMIT), runtime.executable, *runtime.flags, "-c", code]
+        inner = [*prlimit_argv(config.limits, PRLIMIT), runtime.executable, *PY_FLAGS, "-c", code]
         argv = bwrap_argv(inner, runtime.binds, config.limits, as_root=os.geteuid() == 0,
                           symlinks=host_symlinks(), bwrap=self.bwrap)
         at = argv.index("--proc")
@@ -231,13 +238,13 @@ class BubblewrapSuiteRunner:
         return argv
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
-        out = _prepare(root)
+        out = prepare_run(root)
         if os.geteuid() == 0:
-            _chown_tree(root, NOBODY)
+            chown_tree(root, NOBODY)
         env = suite_env(f"{self.mount}/{REPORT_DIR}/tmp")
         result = run_command(self.argv(root, config, select), b"", env, config.limits, self.name,
                              signal_offset=128)
-        return _finish(result, out / "junit.xml", self.name, self.isolation)
+        return finish_run(result, out / "junit.xml", self.name, self.isolation)
 
 
 def get_suite_runner(name: str = "auto") -> SuiteRunner:
