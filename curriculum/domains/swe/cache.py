@@ -90,6 +90,8 @@ class RepoCache:
         data = json.loads(record.read_text())
         if data.get("label") != spec.label or (spec.sha256 and data.get("hash") != spec.sha256):
             return None
+        if spec.source == "path" and Path(spec.path).is_dir() and tree_hash(Path(spec.path)) != data["hash"]:
+            return None  # the lab's directory changed since it was cached
         tree = self.tree(data["hash"])
         return RepoCheckout(spec, tree, data["hash"]) if tree.is_dir() else None
 
