@@ -62,7 +62,8 @@ def _grade(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m curriculum.domains.swe", description=__doc__.split("\n")[0])
-    parser.add_argument("--cache", default=None, help="cache directory (default $PROPEL_SWE_CACHE or .propel/swe-cache)")
+    parser.add_argument("--cache", default=None,
+                        help="cache directory (default: $PROPEL_SWE_CACHE, .propel/swe-cache)")
     parser.add_argument("--registry", action="append", default=[], help="extra registry TOML (repeatable)")
     parser.add_argument("--runner", default="auto", choices=SUITE_RUNNERS)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -23,12 +23,12 @@ from curriculum.domains.swe.sandbox import (
     REPORT_DIR,
     SuiteConfig,
     SuiteRun,
+    bootstrap_code,
     chown_tree,
     finish_run,
     prepare_run,
-    bootstrap_code,
-    pythonpath_for,
     pytest_argv,
+    pythonpath_for,
     suite_env,
 )
 from curriculum.sandbox.backends import NOBODY

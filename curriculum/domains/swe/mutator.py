@@ -20,12 +20,14 @@ from pathlib import Path
 from curriculum.domains.swe.patches import is_test_path, unified_diff
 from curriculum.domains.swe.spec import BugSpec
 
-_BINOP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
+_BINOP: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
           ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult, ast.LShift: ast.RShift, ast.RShift: ast.LShift,
           ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.BitXor: ast.BitOr}
-_NEGATE = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
+_NEGATE: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
            ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
-_BOUNDARY = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+_BOUNDARY: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
 _COMMUTATIVE = (ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor)
 _SKIP_FILES = {"setup.py", "conftest.py", "ez_setup.py", "versioneer.py", "_version.py", "noxfile.py"}
 _SKIP_DIRS = {"docs", "doc", "examples", "example", "benchmarks", "benchmark", "scripts", "tools", "build"}
@@ -61,7 +63,7 @@ def _swap_operands(node: ast.AST) -> ast.AST:
 
 def _const(delta: int) -> Callable[[ast.AST], ast.AST]:
     def rewrite(node: ast.AST) -> ast.AST:
-        assert isinstance(node, ast.Constant)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
         value = node.value + delta
         if value < 0:  # ``-1`` parses as a unary minus applied to 1
             return ast.UnaryOp(op=ast.USub(), operand=ast.Constant(-value))
@@ -70,7 +72,7 @@ def _const(delta: int) -> Callable[[ast.AST], ast.AST]:
     return rewrite
 
 
-def _compare(table: dict[type, type]) -> Callable[[ast.AST], ast.AST]:
+def _compare(table: dict[type[ast.cmpop], type[ast.cmpop]]) -> Callable[[ast.AST], ast.AST]:
     def rewrite(node: ast.AST) -> ast.AST:
         assert isinstance(node, ast.Compare)
         node.ops = [table[type(node.ops[0])](), *node.ops[1:]]
@@ -119,7 +121,7 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in (
              lambda n, p, f: isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not), _drop_not),
     Operator("invert_if", "an if condition is inverted", False,
              lambda n, p, f: isinstance(p, ast.If) and f == "test",
-             lambda n: ast.UnaryOp(op=ast.Not(), operand=n)),
+             lambda n: ast.UnaryOp(op=ast.Not(), operand=n)),  # type: ignore[arg-type]
     Operator("remove_loop", "a loop is removed", True,
              lambda n, p, f: isinstance(n, ast.For | ast.AsyncFor | ast.While), _identity),
     Operator("remove_if", "a conditional block is removed", True,
@@ -234,7 +236,7 @@ def _remove_statement(source: str, node: ast.AST) -> list[str]:
     first, last = lines[start - 1], lines[end - 1]
     before = first.encode()[: node.col_offset]  # type: ignore[attr-defined]
     after = last.encode()[node.end_col_offset:].strip()  # type: ignore[attr-defined]
-    if before.strip() or after not in (b"", b"\\") and not after.startswith(b"#"):
+    if before.strip() or (after not in (b"", b"\\") and not after.startswith(b"#")):
         raise MutationError("the statement shares its line with other code")
     indent = first[: len(first) - len(first.lstrip())]
     newline = "\n" if last.endswith("\n") else ""

@@ -17,6 +17,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from curriculum.domains.swe.cache import FetchError, RepoCache, RepoCheckout
 from curriculum.domains.swe.registry import RepoSpec, assign_splits
@@ -86,7 +87,8 @@ def _failing(run: SuiteRun) -> list[str]:
 
 def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: PreflightPolicy) -> PreflightResult:
     """The preflight verdict from two baseline runs (pure)."""
-    base = {"name": checkout.spec.name, "label": checkout.spec.label, "content_hash": checkout.content_hash,
+    base: dict[str, Any] = {
+            "name": checkout.spec.name, "label": checkout.spec.label, "content_hash": checkout.content_hash,
             "runner": first.backend, "isolation": first.isolation,
             "suite_s": round((first.run_s + second.run_s) / 2, 3)}
     for run in (first, second):
@@ -102,7 +104,7 @@ def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: Pre
     unstable = sorted(set(one) ^ set(two))  # ids seen in one run only: never graded
     failures = sorted((set(_failing(first)) & set(_failing(second))) - set(flaky))
     grading = sorted(t for t, o in one.items() if o == "passed" and two.get(t) == "passed")
-    stats = {**base, "test_count": len(one), "baseline_failures": failures, "flaky": flaky,
+    stats: dict[str, Any] = {**base, "test_count": len(one), "baseline_failures": failures, "flaky": flaky,
              "unstable_ids": unstable, "grading_tests": grading}
     network = [t for t in failures if any(m in first.results[t].message or m in second.results[t].message
                                           for m in _NETWORK_MARKERS)]
@@ -113,13 +115,13 @@ def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: Pre
         reason = f"needs the network: {len(network)} tests fail with network errors (e.g. {network[0]})"
     elif len(failures) > policy.max_baseline_failures:
         reason = f"{len(failures)} tests fail at baseline (allowed {policy.max_baseline_failures}), e.g. {failures[0]}"
-    elif base["suite_s"] > policy.max_suite_s:  # type: ignore[operator]
+    elif base["suite_s"] > policy.max_suite_s:
         reason = f"suite takes {base['suite_s']}s (limit {policy.max_suite_s}s)"
     elif len(flaky) + len(unstable) > policy.max_flaky_share * len(one):
         reason = f"{len(flaky)} flaky tests (more than {policy.max_flaky_share:.0%})"
     elif not grading:
         reason = "no test passes at baseline"
-    return PreflightResult(status="excluded" if reason else "ok", reason=reason, **stats)  # type: ignore[arg-type]
+    return PreflightResult(status="excluded" if reason else "ok", reason=reason, **stats)
 
 
 def preflight_path(cache: RepoCache, content_hash: str) -> Path:

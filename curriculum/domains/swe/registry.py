@@ -81,8 +81,9 @@ def _spec_from_table(table: dict[str, Any], where: str) -> RepoSpec:
     split = table.get("split", "")
     if split and split not in SPLITS:
         raise RegistryError(f"{where} ({name}): 'split' must be one of {', '.join(SPLITS)}, got {split!r}")
-    return RepoSpec(**{k: table[k] for k in _STR_FIELDS if k in table},
-                    **{k: tuple(table[k]) for k in _LIST_FIELDS if k in table})
+    fields: dict[str, Any] = {k: table[k] for k in _STR_FIELDS if k in table}
+    fields.update({k: tuple(table[k]) for k in _LIST_FIELDS if k in table})
+    return RepoSpec(**fields)
 
 
 def parse_registry(text: str, origin: str = "<registry>", base_dir: Path | None = None) -> list[RepoSpec]:

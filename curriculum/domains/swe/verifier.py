@@ -57,14 +57,15 @@ class BugVerdict:
         return {"valid": self.valid, "code": self.code, "reason": self.reason,
                 "fail_to_pass": list(self.fail_to_pass), "pass_to_pass": list(self.pass_to_pass),
                 "changed": list(self.changed), "reference_fix": self.reference_fix, "inverse": self.inverse,
-                "failure_messages": list(self.failure_messages), "copy_s": round(self.copy_s, 4), "run_s": round(self.run_s, 4)}
+                "failure_messages": list(self.failure_messages), "copy_s": round(self.copy_s, 4),
+                "run_s": round(self.run_s, 4)}
 
     @staticmethod
     def from_json(data: dict[str, object]) -> BugVerdict:
         return BugVerdict(bool(data["valid"]), str(data["code"]), data.get("reason"),  # type: ignore[arg-type]
                           tuple(data.get("fail_to_pass", ())), tuple(data.get("pass_to_pass", ())),  # type: ignore[arg-type]
                           tuple(data.get("changed", ())), str(data.get("reference_fix", "")),  # type: ignore[arg-type]
-                          dict(data.get("inverse", {})),  # type: ignore[arg-type]
+                          dict(data.get("inverse", {})),  # type: ignore[call-overload]
                           tuple(data.get("failure_messages", ())),  # type: ignore[arg-type]
                           float(data.get("copy_s", 0.0)),  # type: ignore[arg-type]
                           float(data.get("run_s", 0.0)))  # type: ignore[arg-type]

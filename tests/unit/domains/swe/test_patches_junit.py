@@ -6,7 +6,14 @@ import shutil
 from pathlib import Path
 
 from curriculum.domains.swe.junit import parse_junit
-from curriculum.domains.swe.patches import changed_files, diff_trees, git_apply, is_test_path, static_problem, unified_diff
+from curriculum.domains.swe.patches import (
+    changed_files,
+    diff_trees,
+    git_apply,
+    is_test_path,
+    static_problem,
+    unified_diff,
+)
 
 from .conftest import FIXTURE
 
@@ -43,10 +50,12 @@ def test_apply_reverse_and_diff_trees(tmp_path: Path) -> None:
 
 JUNIT = """<?xml version="1.0"?><testsuites><testsuite>
 <testcase classname="tests.test_a" name="test_ok" file="tests/test_a.py" time="0.1"/>
-<testcase classname="tests.test_a" name="test_bad" file="tests/test_a.py"><failure message="assert 1 == 2">x</failure></testcase>
+<testcase classname="tests.test_a" name="test_bad" file="tests/test_a.py">
+<failure message="assert 1 == 2">x</failure></testcase>
 <testcase classname="tests.test_a.TestK" name="test_err" file="tests/test_a.py"><error message="boom"/></testcase>
 <testcase classname="tests.test_a" name="test_skip" file="tests/test_a.py"><skipped message="no"/></testcase>
-<testcase classname="tests.test_a" name="test_slow" file="tests/test_a.py"><failure message="Failed: Timeout &gt;2.0s"/></testcase>
+<testcase classname="tests.test_a" name="test_slow" file="tests/test_a.py">
+<failure message="Failed: Timeout &gt;2.0s"/></testcase>
 <testcase classname="" name="tests.test_b"><error message="collection failure">ImportError</error></testcase>
 </testsuite></testsuites>"""
 
