@@ -38,6 +38,9 @@ from curriculum.domains.swe.verifier import BugVerdict, Verifier
 NAME = "swe"
 #: The SWE utility band (paper): k=3 trials, positive at 1–2 solves, at least 2 valid trials.
 SWE_BAND: dict[str, int] = {"k": 3, "lo": 1, "hi": 2, "min_valid_trials": 2}
+#: The fixed prompt of the tiny CPU generator (it writes one spec line, then EOS).
+TINY_PROMPT = "BUG: "
+PROMPT_STYLES = ("instruct", "tiny")
 _REPO_LINE = re.compile(r"^\s*repo:\s*([A-Za-z0-9_.\-]+)\s*$", re.MULTILINE)
 _DIFF_BLOCK = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -75,7 +78,11 @@ class SweDomain:
 
     def __init__(self, cache_dir: str | Path | None = None, registry: list[str | Path] | None = None,
                  split: str | None = "rl-train", repos: list[str] | None = None, runner: str | SuiteRunner = "auto",
-                 bundled_registry: bool = True, policy: PreflightPolicy | None = None) -> None:
+                 bundled_registry: bool = True, policy: PreflightPolicy | None = None,
+                 prompt_style: str = "instruct") -> None:
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"unknown prompt_style {prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+        self.prompt_style = prompt_style
         if split is not None and split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} (or None for all)")
         self.cache = RepoCache(cache_dir)
@@ -122,11 +129,14 @@ class SweDomain:
         return [n for n in self.repo_names if isinstance(self.repo(n), RepoState)]
 
     def generator_prompts(self, n: int, seed: int) -> list[str]:
-        """Spec-writing prompts: a repository, a few of its functions and the operator names."""
+        """Spec-writing prompts: ``instruct`` names a repository, a few of its functions and the
+        operators; ``tiny`` is the fixed :data:`TINY_PROMPT` (the tiny generator writes the repo too)."""
         usable = self.usable_repos()
         if not usable:
             raise ValueError(f"no fetched, preflighted SWE repository in split {self.split!r}; run "
                              "python -m curriculum.domains.swe fetch")
+        if self.prompt_style == "tiny":
+            return [TINY_PROMPT] * n
         rng = random.Random(seed)
         prompts = []
         for _ in range(n):
@@ -146,6 +156,14 @@ class SweDomain:
         if isinstance(state, str):
             raise ValueError(state)
         return enumerate_specs(state.checkout.root, name)
+
+    def spec_corpus(self, n: int, seed: int) -> list[str]:
+        """``n`` spec lines drawn uniformly (seeded) from the usable repositories' spec spaces: the
+        pretraining corpus of the tiny generator and the procedural generator's output."""
+        spaces = {name: self.spec_space(name) for name in self.usable_repos()}
+        rng = random.Random(seed)
+        names = sorted(n_ for n_, space in spaces.items() if space)
+        return [rng.choice(spaces[rng.choice(names)]).render() for _ in range(n)]
 
     def parse(self, completion: str) -> ParseResult:
         if "--- " in completion or "diff --git" in completion:

@@ -3,7 +3,7 @@ pytest inside the project's sandbox, results read from a JUnit XML report.
 
 Backends (:func:`get_suite_runner`):
 
-``rlimit`` (used here; what ``auto`` picks without bubblewrap)
+``rlimit`` (what ``auto`` picks without a working bubblewrap)
     The project's rlimit sandbox (:func:`curriculum.sandbox.process.run_command`: CPU, address
     space, processes, file size, wall clock, output cap, scrubbed environment, whole process group
     killed) plus, when started as root, ``unshare --net`` (an empty network namespace: the suite
@@ -12,8 +12,8 @@ Backends (:func:`get_suite_runner`):
     places. Without root the network is NOT isolated (reported in ``SuiteRun.isolation``).
 ``bubblewrap``
     :func:`curriculum.sandbox.bwrap_argv` (namespaces, read-only /usr and Python, private /tmp,
-    rlimits, uid nobody) with the episode copy bound read-write at ``/repo``. Construction is
-    unit-tested; it runs only where ``bwrap`` is installed (not on the development machine).
+    rlimits, uid nobody) with the episode copy bound read-write at ``/repo``. The argv is
+    unit-tested everywhere; a real suite run and verdict are tested where ``bwrap`` works.
 ``docker``
     One image per repository (:func:`dockerfile_for`: python slim + pinned pytest + the cached
     tree) and a locked-down container per episode with the copy mounted at ``/repo``

@@ -38,6 +38,20 @@ def test_is_a_domain_with_prompts(domain: SweDomain) -> None:
     assert prompts == domain.generator_prompts(3, seed=4) and all("Repository: minicalc" in p for p in prompts)
 
 
+def test_tiny_prompt_and_spec_corpus(domain: SweDomain) -> None:
+    tiny = SweDomain(domain.cache.root, domain_registry(domain), bundled_registry=False, runner="rlimit",
+                     prompt_style="tiny")
+    assert tiny.generator_prompts(2, 0) == ["BUG: ", "BUG: "]
+    corpus = tiny.spec_corpus(20, seed=1)
+    assert corpus == tiny.spec_corpus(20, seed=1) and all(tiny.parse(line).ok for line in corpus)
+    with pytest.raises(ValueError, match="prompt_style"):
+        SweDomain(domain.cache.root, prompt_style="chat")
+
+
+def domain_registry(domain: SweDomain) -> list[str | Path]:
+    return [Path(domain.cache.root).parent / "lab.toml"]
+
+
 def test_spec_completion_to_valid_task_with_issue_text(domain: SweDomain) -> None:
     parsed = domain.parse(f"I will break the running total.\n{SPEC}\n")
     assert parsed.task is not None and parsed.task.payload["operator"] == "remove_assign"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from curriculum.domains.swe.cache import RepoCache, RepoCheckout
 from curriculum.domains.swe.docker import dockerfile_for, image_tag, suite_container_spec
 from curriculum.domains.swe.junit import TestResult
@@ -119,3 +121,24 @@ def test_docker_image_and_container_spec() -> None:
     assert spec["cap_drop"] == ["ALL"] and spec["user"] == "65534:65534" and spec["pids_limit"] == 32
     assert spec["mounts"][0]["Target"] == "/repo" and spec["mounts"][0]["Source"] == str(FIXTURE)
     assert spec["environment"]["PYTHONHASHSEED"] == "0" and "pytest.main" in spec["command"][-1]
+
+
+def test_bubblewrap_runner_runs_the_fixture_suite_and_a_verdict(mini_preflight: PreflightResult) -> None:
+    from curriculum.sandbox.backends import bwrap_probe
+
+    ok, why = bwrap_probe()
+    if not ok:
+        pytest.skip(f"bubblewrap unavailable: {why}")
+    from curriculum.domains.swe.sandbox import run_suite_in_copy
+    from curriculum.domains.swe.verifier import Verifier
+
+    runner = BubblewrapSuiteRunner()
+    result = run_suite_in_copy(runner, FIXTURE, SuiteConfig(tests=("tests",), test_timeout_s=5))
+    assert result.ok and result.backend == "bubblewrap", result.reason
+    assert set(result.outcomes().values()) == {"passed"} and len(result.results) == 10
+    verifier = Verifier(FIXTURE, mini_preflight.grading_tests, runner, SuiteConfig(tests=("tests",)))
+    before = (FIXTURE / "minicalc/core.py").read_text()
+    from curriculum.domains.swe.patches import unified_diff
+
+    verdict = verifier.verify(unified_diff("minicalc/core.py", before, before.replace("acc += v", "acc -= v")))
+    assert verdict.valid and len(verdict.fail_to_pass) == 1, verdict.reason
