@@ -28,7 +28,7 @@ from typing import Any
 from curriculum.domains.base import ParseResult, Task, Validity, validate_each
 from curriculum.domains.swe.cache import RepoCache, RepoCheckout
 from curriculum.domains.swe.mutator import OPERATORS, MutationError, enumerate_specs, mutation_patch
-from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, load_preflight, suite_config
+from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, episode_config, load_preflight
 from curriculum.domains.swe.registry import SPLITS, assign_splits, load_registry
 from curriculum.domains.swe.sandbox import SuiteRunner, get_suite_runner
 from curriculum.domains.swe.spec import BugSpec, parse_spec
@@ -122,7 +122,7 @@ class SweDomain:
             return f"repository {name!r} has no preflight (python -m curriculum.domains.swe fetch)"
         if not pf.ok:
             return f"repository {name!r} was excluded at preflight: {pf.reason}"
-        verifier = Verifier(checkout.root, pf.grading_tests, self.runner, suite_config(spec, self.policy))
+        verifier = Verifier(checkout.root, pf.grading_tests, self.runner, episode_config(spec, self.policy, pf))
         return RepoState(checkout, pf, verifier)
 
     def usable_repos(self) -> list[str]:

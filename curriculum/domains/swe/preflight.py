@@ -13,9 +13,10 @@ writes ``<cache>/preflight.json`` with every repository's status and split (the 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ class PreflightPolicy:
     max_flaky_share: float = 0.05
     test_timeout_s: int = DEFAULT_TEST_TIMEOUT_S
     limits: Limits = DEFAULT_SUITE_LIMITS
+    #: Episode suites (verification, grading) may take this multiple of the baseline duration ...
+    suite_time_factor: float = 10.0
+    #: ... but never less than this many seconds (a hang at import time is not a per-test timeout).
+    min_episode_wall_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,13 @@ class PreflightResult:
 
 def suite_config(spec: RepoSpec, policy: PreflightPolicy) -> SuiteConfig:
     return SuiteConfig(spec.tests, spec.pythonpath, spec.pytest_args, policy.test_timeout_s, policy.limits)
+
+
+def episode_config(spec: RepoSpec, policy: PreflightPolicy, preflight: PreflightResult) -> SuiteConfig:
+    """The suite config for episodes: the whole-suite wall/CPU limit scaled from the baseline."""
+    wall_s = min(policy.limits.wall_s, max(policy.min_episode_wall_s, policy.suite_time_factor * preflight.suite_s))
+    limits = replace(policy.limits, wall_s=wall_s, cpu_s=max(1, min(policy.limits.cpu_s, math.ceil(wall_s))))
+    return replace(suite_config(spec, policy), limits=limits)
 
 
 def _failing(run: SuiteRun) -> list[str]:

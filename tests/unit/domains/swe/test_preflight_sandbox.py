@@ -142,3 +142,15 @@ def test_bubblewrap_runner_runs_the_fixture_suite_and_a_verdict(mini_preflight: 
 
     verdict = verifier.verify(unified_diff("minicalc/core.py", before, before.replace("acc += v", "acc -= v")))
     assert verdict.valid and len(verdict.fail_to_pass) == 1, verdict.reason
+
+
+def test_episode_limits_scale_with_the_baseline() -> None:
+    from curriculum.domains.swe.preflight import episode_config
+
+    spec = RepoSpec("r", "path", path="p")
+    fast = episode_config(spec, PreflightPolicy(), PreflightResult("r", "r", "h", "ok", suite_s=0.8))
+    assert fast.limits.wall_s == 30.0 and fast.limits.cpu_s == 30
+    slow = episode_config(spec, PreflightPolicy(), PreflightResult("r", "r", "h", "ok", suite_s=8.0))
+    assert slow.limits.wall_s == 80.0
+    capped = episode_config(spec, PreflightPolicy(), PreflightResult("r", "r", "h", "ok", suite_s=100.0))
+    assert capped.limits.wall_s == PreflightPolicy().limits.wall_s
