@@ -142,12 +142,14 @@ def plot(summary: dict[str, Any], rows: list[dict[str, Any]], path: str) -> None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [2, 1]})
     ops = list(summary["yield_per_operator"])
     codes = sorted({r["code"] for r in rows})
+    palette = iter(["tab:orange", "tab:blue", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+                    "tab:olive", "tab:cyan"])
+    colours = {code: "tab:green" if code == "ok" else next(palette) for code in ["ok", *codes]}
     bottom = [0.0] * len(ops)
     for code in ["ok", *[c for c in codes if c != "ok"]]:
         vals = [sum(r["code"] == code for r in rows if r["operator"] == op)
                 / max(1, sum(r["operator"] == op for r in rows)) for op in ops]
-        ax1.bar(ops, vals, bottom=bottom, label="valid" if code == "ok" else code,
-                color="tab:green" if code == "ok" else None)
+        ax1.bar(ops, vals, bottom=bottom, label="valid" if code == "ok" else code, color=colours[code])
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for name, value in (("SWE-smith Python (86%)", 0.86), ("PROPEL agent (72%)", 0.72),
                         ("SWE-smith JS (17%)", 0.17)):
@@ -158,12 +160,15 @@ def plot(summary: dict[str, Any], rows: list[dict[str, Any]], path: str) -> None
     ax1.tick_params(axis="x", rotation=60)
     ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     repos = sorted({r["repo"] for r in rows})
-    copy = [statistics.mean(r["copy_s"] for r in rows if r["repo"] == repo) for repo in repos]
-    run = [statistics.mean(r["run_s"] for r in rows if r["repo"] == repo) for repo in repos]
+    copy = [statistics.median(r["copy_s"] for r in rows if r["repo"] == repo) for repo in repos]
+    run = [statistics.median(r["run_s"] for r in rows if r["repo"] == repo) for repo in repos]
     ax2.bar(repos, copy, label="copy")
     ax2.bar(repos, run, bottom=copy, label="test run")
-    ax2.set_ylabel("seconds per episode")
-    ax2.set_title("seconds per verifier episode")
+    for i, repo in enumerate(repos):
+        mean = statistics.mean(r["copy_s"] + r["run_s"] for r in rows if r["repo"] == repo)
+        ax2.text(i, copy[i] + run[i], f"mean {mean:.1f}", ha="center", va="bottom", fontsize=7)
+    ax2.set_ylabel("seconds per episode (median)")
+    ax2.set_title("seconds per verifier episode (copy + test run)")
     ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -176,7 +181,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--solver-tasks", type=int, default=12)
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--replot", action="store_true", help="only redraw the PNG from the stored JSON")
     args = parser.parse_args()
+    if args.replot:
+        import json
+
+        stored = json.loads((RESULTS / "swe_yield.json").read_text())
+        plot(stored, stored["episodes_detail"], str(RESULTS / "swe_yield.png"))
+        return
     domain = SweDomain(args.cache, split=None, repos=args.repos, runner="auto")
     rng = random.Random(args.seed)
     started = time.monotonic()
