@@ -37,8 +37,10 @@ ANCHORS = {"swe_smith_javascript": 0.17, "swe_smith_java": [0.52, 0.62], "swe_sm
 
 
 def git_commit() -> str:
+    """``git rev-parse HEAD``, with ``-dirty`` when tracked files differ from it."""
     done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], capture_output=True).returncode != 0
+    return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
 def run_repo(domain: SweDomain, name: str, per_op: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -189,6 +191,7 @@ def main() -> None:
         stored = json.loads((RESULTS / "swe_yield.json").read_text())
         plot(stored, stored["episodes_detail"], str(RESULTS / "swe_yield.png"))
         return
+    commit = git_commit()  # the code that runs is the code at start
     domain = SweDomain(args.cache, split=None, repos=args.repos, runner="auto")
     rng = random.Random(args.seed)
     started = time.monotonic()
@@ -197,7 +200,7 @@ def main() -> None:
     trials = solver_trials(domain, rows, args.solver_tasks)
     examples = {code: next(r["reason"] for r in rows if r["code"] == code)
                 for code in summary["rejection_reason_shares"]}
-    data = {"commit": git_commit(), "runner": domain.runner.name, "repos": args.repos, "per_op": args.per_op,
+    data = {"commit": commit, "runner": domain.runner.name, "repos": args.repos, "per_op": args.per_op,
             "seed": args.seed, "total_s": round(time.monotonic() - started, 1), **summary,
             "rejection_examples": examples, "solver_trials": trials, "anchors": ANCHORS,
             "episodes_detail": [{k: v for k, v in r.items() if k not in ("patch", "verdict")} for r in rows]}
