@@ -65,6 +65,15 @@ def tree_hash(root: Path) -> str:
     return digest.hexdigest()
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed into place (no torn files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def iter_files(root: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -114,7 +123,7 @@ class RepoCache:
             os.replace(staged, tree)
         names = self.root / "names"
         names.mkdir(parents=True, exist_ok=True)
-        (names / f"{spec.name}.json").write_text(json.dumps({"label": spec.label, "hash": content_hash}))
+        write_atomic(names / f"{spec.name}.json", json.dumps({"label": spec.label, "hash": content_hash}))
         return RepoCheckout(spec, tree, content_hash)
 
     def _staging(self) -> Path:

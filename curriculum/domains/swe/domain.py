@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.domains.base import ParseResult, Task, Validity, validate_each
-from curriculum.domains.swe.cache import RepoCache, RepoCheckout
+from curriculum.domains.swe.cache import RepoCache, RepoCheckout, write_atomic
 from curriculum.domains.swe.mutator import OPERATORS, MutationError, enumerate_specs, mutation_patch
 from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, episode_config, load_preflight
 from curriculum.domains.swe.registry import SPLITS, assign_splits, load_registry
@@ -209,8 +209,7 @@ class SweDomain:
             return BugVerdict(False, "repo", state)
         verdict = state.verifier.verify(str(task.payload["patch"]))
         if verdict.code != "infra":
-            memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.write_text(json.dumps({"payload": task.payload, "verdict": verdict.to_json()}))
+            write_atomic(memo, json.dumps({"payload": task.payload, "verdict": verdict.to_json()}))
         return verdict
 
     def check(self, task: Task) -> Validity:

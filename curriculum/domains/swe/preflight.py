@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from curriculum.domains.swe.cache import FetchError, RepoCache, RepoCheckout
+from curriculum.domains.swe.cache import FetchError, RepoCache, RepoCheckout, write_atomic
 from curriculum.domains.swe.registry import RepoSpec, assign_splits
 from curriculum.domains.swe.sandbox import (
     DEFAULT_SUITE_LIMITS,
@@ -163,9 +163,7 @@ def preflight_repo(cache: RepoCache, spec: RepoSpec, runner: SuiteRunner, policy
     first = run_suite_in_copy(runner, checkout.root, config)
     second = run_suite_in_copy(runner, checkout.root, config)
     result = judge(checkout, first, second, policy)
-    path = preflight_path(cache, checkout.content_hash)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json(), indent=1))
+    write_atomic(preflight_path(cache, checkout.content_hash), json.dumps(result.to_json(), indent=1))
     return result
 
 
@@ -177,6 +175,5 @@ def write_summary(cache: RepoCache, specs: list[RepoSpec], results: list[Preflig
              "baseline_failures": len(r.baseline_failures), "flaky": len(r.flaky), "suite_s": r.suite_s}
             for r in results]
     path = cache.root / "preflight.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"repos": rows}, indent=1))
+    write_atomic(path, json.dumps({"repos": rows}, indent=1))
     return path
