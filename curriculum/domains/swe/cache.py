@@ -155,11 +155,12 @@ class RepoCache:
     def _stage_git(self, spec: RepoSpec) -> tuple[str, Path]:
         clone = Path(tempfile.mkdtemp(prefix="clone-"))
         try:
-            for argv in (["git", "clone", "--quiet", spec.url, str(clone)],
-                         ["git", "-C", str(clone), "checkout", "--quiet", spec.commit]):
+            steps = (("clone", ["git", "clone", "--quiet", spec.url, str(clone)]),
+                     ("checkout", ["git", "-C", str(clone), "checkout", "--quiet", spec.commit]))
+            for step, argv in steps:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
                 if done.returncode != 0:
-                    raise FetchError(f"{spec.label}: {' '.join(argv[:3])} failed: {done.stderr.strip()[:300]}")
+                    raise FetchError(f"{spec.label}: git {step} failed: {done.stderr.strip()[:300]}")
             return self._stage_tree(spec, clone)
         finally:
             shutil.rmtree(clone, ignore_errors=True)

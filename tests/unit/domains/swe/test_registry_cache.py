@@ -130,3 +130,23 @@ def test_bundled_registry_file_documents_its_format() -> None:
     text = BUNDLED_REGISTRY.read_text()
     for word in ("source", "pythonpath", "pytest_args", "split", "--registry"):
         assert word in text
+
+
+def test_git_source_is_cloned_at_the_commit(tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "origin"
+    shutil.copytree(FIXTURE, repo)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "one"]):
+        subprocess.run(argv, cwd=repo, check=True, env=env)
+    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "minicalc" / "core.py").write_text("# second commit\n")
+    subprocess.run(["git", "commit", "-qam", "two"], cwd=repo, check=True, env=env)
+    cache = RepoCache(tmp_path / "c")
+    checkout = cache.fetch(RepoSpec("mini", "git", url=str(repo), commit=first))
+    assert (checkout.root / "minicalc" / "core.py").read_text() == (FIXTURE / "minicalc" / "core.py").read_text()
+    assert not (checkout.root / ".git").exists() and checkout.content_hash == tree_hash(FIXTURE)
+    with pytest.raises(FetchError, match="checkout failed"):
+        cache.fetch(RepoSpec("bad", "git", url=str(repo), commit="0" * 40))
