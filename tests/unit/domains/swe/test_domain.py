@@ -112,6 +112,14 @@ def test_synthetic_solver_labels_with_the_swe_band(domain: SweDomain) -> None:
     assert solver.generate(["not an swe prompt"], 1, Sampling())[0][0].text is None
 
 
+def test_build_solver_knows_the_synthetic_swe_solver(domain: SweDomain) -> None:
+    from curriculum.solvers import build_solver
+
+    solver = build_solver("synthetic-swe", seed=2, options={"cache_dir": domain.cache.root, "offset": 3.0})
+    assert isinstance(solver, SyntheticSweSolver) and solver.solver_id.startswith("synthetic:swe-logistic(")
+    assert "offset=3" in solver.solver_id and solver.tasks_dir == domain.cache.root / "tasks"
+
+
 def test_difficulty_is_a_function_of_bug_features() -> None:
     patch = "-a\n+b\n"
     assert difficulty("remove_loop", patch, 1) < difficulty("const_inc", patch, 1)
