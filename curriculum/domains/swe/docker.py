@@ -32,7 +32,7 @@ from curriculum.domains.swe.sandbox import (
     suite_env,
 )
 from curriculum.sandbox.backends import NOBODY
-from curriculum.sandbox.base import ExecutionResult
+from curriculum.sandbox.base import ExecutionResult, Limits
 
 MOUNT = "/repo"
 
@@ -88,6 +88,11 @@ class DockerSuiteRunner:
     def __init__(self, image: str = "python:3.11-slim", client: Any = None) -> None:
         self.image = image
         self._client = client
+
+    def shell(self, root: Path, command: str, limits: Limits) -> ExecutionResult:
+        """Not implemented for docker: an infrastructure error value (agents need rlimit/bubblewrap)."""
+        return ExecutionResult("error", "", "", None, 0.0, 0.0, "the docker runner has no agent shell yet",
+                               self.name, {"infra": True})
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
         out = prepare_run(root)

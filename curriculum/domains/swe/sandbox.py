@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -112,6 +113,11 @@ def suite_env(home: str) -> dict[str, str]:
             "PYTHONHASHSEED": "0"}
 
 
+def shell_env(home: str) -> dict[str, str]:
+    """Agent shell environment: the suite's, with the project interpreter's bin first on PATH."""
+    return {**suite_env(home), "PATH": f"{Path(sys.executable).parent}:{SCRUBBED_ENV['PATH']}"}
+
+
 class Workspace:
     """A fresh, private copy of a repository tree for one episode (removed by :meth:`close`)."""
 
@@ -150,6 +156,10 @@ def chown_tree(root: Path, uid: int) -> None:
 
 class SuiteRunner(Protocol):
     name: str
+
+    def shell(self, root: Path, command: str, limits: Limits) -> ExecutionResult:
+        """Run one bash command in the tree at ``root`` (the agents' ``bash`` tool)."""
+        ...
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
         """Run the suite (or the ``select``ed test paths) of the tree at ``root`` (modified in place)."""
@@ -204,6 +214,18 @@ class RlimitSuiteRunner:
         drop = uid_drop_argv() if self.as_root else []
         return [*net, *prlimit_argv(config.limits, PRLIMIT), *drop, runtime.executable, *PY_FLAGS, "-c", code]
 
+    def shell(self, root: Path, command: str, limits: Limits) -> ExecutionResult:
+        """Run a bash command in the tree at ``root`` under the same isolation (agent tools). As
+        root the shell runs as nobody, which cannot start the project interpreter when it lives
+        under /root (this machine); use bubblewrap for agents that run Python."""
+        out = prepare_run(root)
+        if self.as_root:
+            chown_tree(root, NOBODY)
+        net = [self.unshare, "--net", "--"] if self.as_root and self.unshare else []
+        drop = uid_drop_argv() if self.as_root else []
+        argv = [*net, *prlimit_argv(limits, PRLIMIT), *drop, "/bin/bash", "-c", command]
+        return run_command(argv, b"", shell_env(str(out / "tmp")), limits, self.name, cwd=str(root))
+
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
         out = prepare_run(root)
         if self.as_root:
@@ -228,14 +250,27 @@ class BubblewrapSuiteRunner:
         runtime = python_runtime(site_packages=True)
         report = f"{self.mount}/{REPORT_DIR}/junit.xml"
         code = bootstrap_code(self.mount, pythonpath_for(root, config), pytest_argv(config, report, select))
-        inner = [*prlimit_argv(config.limits, PRLIMIT), runtime.executable, *PY_FLAGS, "-c", code]
-        argv = bwrap_argv(inner, runtime.binds, config.limits, as_root=os.geteuid() == 0,
+        return self.wrap(root, [runtime.executable, *PY_FLAGS, "-c", code], config.limits)
+
+    def wrap(self, root: Path, command: list[str], limits: Limits) -> list[str]:
+        """``command`` inside bubblewrap (rlimits, Python runtime bound, the copy at /repo)."""
+        runtime = python_runtime(site_packages=True)
+        inner = [*prlimit_argv(limits, PRLIMIT), *command]
+        argv = bwrap_argv(inner, runtime.binds, limits, as_root=os.geteuid() == 0,
                           symlinks=host_symlinks(), bwrap=self.bwrap)
         at = argv.index("--proc")
         argv[at:at] = ["--bind", str(root), self.mount]
         chdir = argv.index("--chdir")
         argv[chdir + 1] = self.mount
         return argv
+
+    def shell(self, root: Path, command: str, limits: Limits) -> ExecutionResult:
+        """Run a bash command with the copy at /repo under the same isolation (agent tools)."""
+        prepare_run(root)
+        if os.geteuid() == 0:
+            chown_tree(root, NOBODY)
+        return run_command(self.wrap(root, ["/bin/bash", "-c", command], limits), b"",
+                           shell_env(f"{self.mount}/{REPORT_DIR}/tmp"), limits, self.name, signal_offset=128)
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
         out = prepare_run(root)
