@@ -60,8 +60,8 @@ def _grade(args: argparse.Namespace) -> int:
     return 0 if verdict else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m curriculum.domains.swe", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m curriculum.domains.swe") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--cache", default=None,
                         help="cache directory (default: $PROPEL_SWE_CACHE, .propel/swe-cache)")
     parser.add_argument("--registry", action="append", default=[], help="extra registry TOML (repeatable)")
