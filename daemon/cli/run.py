@@ -72,17 +72,26 @@ def serve_command(ctx: click.Context) -> None:
 @click.option("--max-age-s", type=float, default=None, help="heartbeat age limit (default: daemon.heartbeat_stale_s)")
 @click.option("--no-api", is_flag=True, help="do not require the HTTP API to answer (default: required when "
               "daemon.serve_api is on)")
+@click.option("--sandbox", "show_sandbox", is_flag=True,
+              help="also print what the sandbox backend of this host contains and what it lacks")
 @click.pass_context
-def check_command(ctx: click.Context, max_age_s: float | None, no_api: bool) -> None:
+def check_command(ctx: click.Context, max_age_s: float | None, no_api: bool, show_sandbox: bool) -> None:
     """Exit 0 when the run's daemon is live, 1 with the reasons otherwise (for container health checks).
 
     Live: the store answers, the heartbeat is younger than daemon.heartbeat_stale_s (30 s by default),
     a leader holds the run, the API answers /healthz (when daemon.serve_api) and the broker accepts a
     connection (when broker.url is set). Degraded reasons are printed but do not fail the check.
+    --sandbox prints the containment of the sandbox backend generated code runs in (the rlimit
+    fallback, used where bubblewrap is missing, lacks namespaces: it is listed line by line).
     """
     from daemon.service.health_check import check_live
 
     cfg = _cfg(ctx)
+    if show_sandbox:
+        from curriculum.sandbox.backends import get_sandbox
+        from curriculum.sandbox.containment import format_containment
+
+        click.echo(format_containment(get_sandbox(str(cfg.domain.options.get("sandbox", "auto")))))
     limit = max_age_s if max_age_s is not None else cfg.daemon.heartbeat_stale_s
     result = check_live(cfg, limit, require_api=cfg.daemon.serve_api and not no_api)
     for line in result.degraded:
