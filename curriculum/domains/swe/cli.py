@@ -15,7 +15,8 @@ from pathlib import Path
 from curriculum.domains.swe.cache import RepoCache
 from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, preflight_repo, write_summary
 from curriculum.domains.swe.registry import RegistryError, assign_splits, load_registry
-from curriculum.domains.swe.sandbox import SUITE_RUNNERS, get_suite_runner
+from curriculum.domains.swe.runners import get_suite_runner
+from curriculum.domains.swe.sandbox import SUITE_RUNNERS
 
 
 def fetch_and_preflight(cache_dir: str | Path | None = None, registry: list[str | Path] | None = None,

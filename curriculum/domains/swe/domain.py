@@ -30,7 +30,8 @@ from curriculum.domains.swe.cache import RepoCache, RepoCheckout, write_atomic
 from curriculum.domains.swe.mutator import OPERATORS, MutationError, enumerate_specs, mutation_patch
 from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, episode_config, load_preflight
 from curriculum.domains.swe.registry import SPLITS, assign_splits, load_registry
-from curriculum.domains.swe.sandbox import SuiteRunner, get_suite_runner
+from curriculum.domains.swe.runners import get_suite_runner
+from curriculum.domains.swe.sandbox import SuiteRunner
 from curriculum.domains.swe.spec import BugSpec, parse_spec
 from curriculum.domains.swe.tasktext import issue_text
 from curriculum.domains.swe.verifier import BugVerdict, Verifier

@@ -1,7 +1,7 @@
 """Episode sandboxes for SWE: a fresh copy of a repository per episode, its test suite run through
 pytest inside the project's sandbox, results read from a JUnit XML report.
 
-Backends (:func:`get_suite_runner`):
+Backends (:func:`curriculum.domains.swe.runners.get_suite_runner`):
 
 ``rlimit`` (what ``auto`` picks without a working bubblewrap)
     The project's rlimit sandbox (:func:`curriculum.sandbox.process.run_command`: CPU, address
@@ -280,23 +280,6 @@ class BubblewrapSuiteRunner:
         result = run_command(self.argv(root, config, select), b"", env, config.limits, self.name,
                              signal_offset=128)
         return finish_run(result, out / "junit.xml", self.name, self.isolation)
-
-
-def get_suite_runner(name: str = "auto") -> SuiteRunner:
-    """``auto``: bubblewrap when ``bwrap`` works here, else rlimit (+netns as root)."""
-    if name == "rlimit":
-        return RlimitSuiteRunner()
-    if name == "bubblewrap":
-        return BubblewrapSuiteRunner()
-    if name == "docker":
-        from curriculum.domains.swe.docker import DockerSuiteRunner
-
-        return DockerSuiteRunner()
-    if name != "auto":
-        raise ValueError(f"unknown SWE suite runner {name!r}; choose one of {', '.join(SUITE_RUNNERS)}")
-    from curriculum.sandbox.backends import bwrap_probe
-
-    return BubblewrapSuiteRunner() if bwrap_probe()[0] else RlimitSuiteRunner()
 
 
 def run_suite_in_copy(runner: SuiteRunner, source: Path, config: SuiteConfig,

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from daemon.loop.driver import CycleReport
 from daemon.loop.progress import Progress, fmt_value
+from daemon.loop.state import DriverState
 from daemon.ops.logs import JsonFormatter, configure_logging, strip_markup
 
 
@@ -99,8 +100,8 @@ def test_each_alert_is_printed_once(tmp_path: Path) -> None:
     configure_logging("text", "INFO", logs)
     hooks = ServiceHooks(cfg, store, run_id, build_metrics(), Progress(console))
     try:
-        hooks.alerts(0, {"validity": 0.1}, None, {})
-        hooks.alerts(1, {"validity": 0.9}, None, {})
+        hooks.alerts(0, {"validity": 0.1}, None, DriverState())
+        hooks.alerts(1, {"validity": 0.9}, None, DriverState())
     finally:
         hooks.close()
         store.dispose()
