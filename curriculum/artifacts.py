@@ -69,10 +69,14 @@ def is_cas_uri(uri: str) -> bool:
     return uri.startswith(CAS_PREFIX)
 
 
+def is_digest(value: str) -> bool:
+    return len(value) == 64 and set(value) <= _HEX
+
+
 def parse_cas_uri(uri: str) -> str:
     """The manifest digest of a ``cas://sha256/<64 hex>`` address."""
     digest = uri[len(CAS_PREFIX):] if is_cas_uri(uri) else ""
-    if len(digest) != 64 or not set(digest) <= _HEX:
+    if not is_digest(digest):
         raise ArtifactError(f"{uri!r} is not a content address (cas://sha256/<64 hex digits>)")
     return digest
 
@@ -197,6 +201,8 @@ class ArtifactStore:
         return digest
 
     def get_bytes(self, digest: str, what: str) -> bytes:
+        if not is_digest(digest):  # never a path: a forged manifest must not read outside the store
+            raise ArtifactError(f"{what}: {digest[:80]!r} is not a sha256 digest")
         data = self.blobs.get(digest)
         if data is None:
             raise ArtifactError(f"{what}: blob {digest[:16]}… is not in {self.location} (daemon and workers must "

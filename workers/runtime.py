@@ -98,5 +98,13 @@ def resources() -> Resources:
     return _resources[1]
 
 
+def preload_model_libraries() -> None:
+    """Import the transformers model machinery in the worker's parent process (~7 s on a small CPU box):
+    forked pool children inherit it, so a retrain job's time limit covers loading the reference
+    and training, not library imports. Initialises no CUDA context (safe before fork)."""
+    import transformers.modeling_utils  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+
 def settings_dict(s: WorkerSettings) -> dict[str, Any]:
     return asdict(s)

@@ -14,6 +14,7 @@ from sqlalchemy import inspect, text
 from curriculum.store.db import Store
 from curriculum.store.models import Base
 from migrations import downgrade, upgrade
+from tests.conftest import _clean
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +51,24 @@ def test_sqlite_round_trip(tmp_path: Path) -> None:
     _round_trip(f"sqlite:///{tmp_path / 'm.db'}")
 
 
-def test_postgres_round_trip(pg_url: str) -> None:
-    _round_trip(pg_url)
+@pytest.fixture
+def emptied_pg_url(pg_url: str) -> str:
+    """The session database without rows left by earlier tests (a downgrade must not trip over them)."""
+    store = Store(pg_url)
+    try:
+        _clean(store)
+    finally:
+        store.dispose()
+    return pg_url
+
+
+def test_postgres_round_trip(emptied_pg_url: str) -> None:
+    _round_trip(emptied_pg_url)
 
 
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0005_assigns_existing_probes_to_their_run(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
     upgrade(url, "0004")
@@ -106,7 +118,7 @@ _SCORES_0005 = "SELECT task_id, probe_id, logit, probability FROM probe_scores O
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0006_carries_scores_over_to_ensembles_and_back(db: str, tmp_path: Path,
                                                        request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
     upgrade(url, "0005")

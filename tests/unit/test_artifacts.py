@@ -99,3 +99,11 @@ def test_open_and_publish(tmp_path: Path) -> None:
     uri = publish_model(store, str(_tree(tmp_path / "model")))
     assert publish_model(store, uri) == uri and store.has_tree(uri)
     assert store.get_bytes(sha256_hex(b'{"a": 1}\n'), "x") == b'{"a": 1}\n'
+
+
+def test_a_forged_manifest_digest_cannot_read_outside_the_store(artifacts: ArtifactStore, tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("s3cr3t")
+    manifest = json.dumps({"format": "propel-tree", "version": 1, "files": [
+        {"path": "x", "sha256": "../../secret", "size": 6}]}).encode()
+    with pytest.raises(ArtifactError, match="not a sha256 digest"):
+        artifacts.fetch_tree(CAS_PREFIX + artifacts.put_bytes(manifest))
