@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: help install run test test-fast lint bench clean
+.PHONY: help install prereqs run test test-fast lint bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
 $(BIN)/python:
+	@PYTHON=$(PYTHON) sh scripts/prereqs run
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
@@ -27,7 +28,11 @@ install: $(STAMP)  ## create .venv and install the project with dev extras
 run: $(STAMP)  ## run the daemon on the embedded default (SQLite under ./.propel; Ctrl-C stops, rerun resumes)
 	$(BIN)/propel run $(RUN_ARGS)
 
+prereqs:  ## check (as root on Debian: install) the system packages; one line per problem
+	@PYTHON=$(PYTHON) sh scripts/prereqs test
+
 test: $(STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
+	@PYTHON=$(PYTHON) sh scripts/prereqs test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## unit tests only

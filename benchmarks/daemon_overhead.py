@@ -3,7 +3,8 @@
 Runs the real driver in-process on SQLite with the real engine (tiny bootstrapped generator,
 frozen reference, probe ensemble) and the in-process synthetic solver. A timing proxy around the
 engine (RL, sampling, scoring, rewards), the aux-probe retrainer and the spot-checker measures compute time;
-everything else — store writes, validity checks, metrics, alert evaluation, emission — is overhead.
+everything else — store writes, validity checks (one pass per sample batch), lineage records, metrics
+and their Prometheus export, alert evaluation, emission — is overhead.
 
     python -m benchmarks.daemon_overhead [--cycles 3] [--bootstrap-steps 300]
 """
@@ -50,6 +51,7 @@ def main() -> None:
     from curriculum.bootstrap import bootstrap
     from daemon.config import config_from_mapping
     from daemon.loop.driver import Driver
+    from daemon.ops.metrics import build_metrics
     from daemon.service.engine import build_engine
     from daemon.service.lifecycle import open_run
     from daemon.service.runtime import build_retrainer, build_spot
@@ -68,7 +70,8 @@ def main() -> None:
         spot = build_spot(cfg, store, engine)
         retrainer = build_retrainer(cfg, store, engine)  # aux training incl. its labelled-set query
         driver = Driver(store, run_id, Timed(engine, totals, "engine"), Timed(spot, totals, "solver"),  # type: ignore[arg-type]
-                        Timed(retrainer, totals, "retrain"), driver_settings(cfg))  # type: ignore[arg-type]
+                        Timed(retrainer, totals, "retrain"), driver_settings(cfg),  # type: ignore[arg-type]
+                        metrics=build_metrics())  # the Prometheus export, as `propel run` does
         phase_wall: dict[str, float] = defaultdict(float)
         for _ in range(args.cycles * 5):
             t0 = time.perf_counter()

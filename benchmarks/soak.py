@@ -47,12 +47,14 @@ def db_connections(store: Any) -> int:
 
 def build_driver(store: Any) -> Any:
     """The integration tests' driver (fake engine, real store and spot-checks), retrains off."""
-    from curriculum.spotcheck import Band
+    from daemon.ops.metrics import build_metrics
+    from probes.band import Band
     from tests.integration.test_driver import make_driver
 
     driver, _ = make_driver(store, Path(tempfile.gettempdir()), run_name="soak", sample_size=16,
                             band=Band(8, 1, 3, 6), budget_per_cycle=4, budget_per_hour=10**9,
                             retrain_min_false_positives=10**9, diversity_sample_size=16, probe_arch="mlp")
+    driver.metrics = build_metrics()  # the Prometheus export runs every phase, as in `propel run`
     return driver
 
 

@@ -44,7 +44,7 @@ from curriculum.rl import GeneratorTrainer, cpu_profile
 from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import Band, select_candidates
+from curriculum.spotcheck import select_candidates
 from probes import (
     FeatureExtractor,
     FeatureSpec,
@@ -53,9 +53,9 @@ from probes import (
     ProbeEnsemble,
     ProbeScorer,
     TrainConfig,
-    evaluate,
-    train_probe,
 )
+from probes.band import Band
+from probes.fit import fit_probe
 
 ROWS = ("Base", "PROPEL", "PROPEL-WCO", "PROPEL + co-evolution", "PROPEL-linear", "PROPEL-linear + co-evolution",
         "SIL")
@@ -117,14 +117,9 @@ def _labelled_corpus(texts: list[str], domain: ArithDomain) -> tuple[list[str], 
 
 def _fit(x: np.ndarray, y: np.ndarray, arch: str, seed: int, name: str, shared_ref: FrozenReference,
          spec: FeatureSpec) -> tuple[Probe, dict[str, Any]]:
-    order = np.random.default_rng(seed).permutation(len(y))
-    cut = int(0.8 * len(y))
-    tr, va = order[:cut], order[cut:]
-    head = train_probe(x[tr], y[tr], arch, "downsample", TrainConfig(seed=seed, hidden_dim=64), x[va], y[va]).head
-    metrics = evaluate(y[va], head.probabilities(x[va])).to_dict()
-    probe = Probe(head, spec, shared_ref.model_id, shared_ref.fingerprint, shared_ref.hidden_size,
-                  band=(BAND.lo, BAND.hi), k=BAND.k, name=name, training={"rows": int(tr.size)}, metrics=metrics)
-    return probe, metrics
+    probe = fit_probe(x, y, reference=shared_ref, spec=spec, band=BAND, arch=arch,
+                      config=TrainConfig(seed=seed, hidden_dim=64), name=name)
+    return probe, probe.metrics
 
 
 def build_shared(settings: Settings, data_dir: Path) -> Shared:

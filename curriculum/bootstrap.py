@@ -19,18 +19,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+from probes.progress import ProgressReporter
 
 #: Bump when the corpus recipe changes, so old caches are not reused.
 CORPUS_VERSION = 2
@@ -114,10 +117,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: _lr_factor(s, settings))
     model.train()
     smoothed = float("nan")
-    columns = (TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not show_progress, transient=False) as progress:
-        bar = progress.add_task("train", total=settings.steps, loss=float("nan"))
+    with ProgressReporter("bootstrap", settings.steps, unit="steps", mode=None if show_progress else "off") as bar:
         for _ in range(settings.steps):
             batch = _encode_batch(tokenizer, expression_batch(rng, settings.batch_size))
             loss = model(**batch).loss
@@ -128,7 +128,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
             sched.step()
             value = float(loss.detach())
             smoothed = value if math.isnan(smoothed) else 0.95 * smoothed + 0.05 * value
-            progress.update(bar, advance=1, loss=smoothed)
+            bar.advance(1, loss=smoothed)
     model.eval()
     return smoothed
 
@@ -160,6 +160,27 @@ def measure_validity(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast
     return sum(v.valid for v in results) / max(1, len(results))
 
 
+def bootstrap_threads() -> int:
+    """Intra-op threads for the bootstrap: 1 unless ``PROPEL_BOOTSTRAP_THREADS`` says otherwise.
+
+    The model is ~1M parameters and a batch is 64 × ~25 tokens: each op is too small to split, and
+    on a shared 2-core machine a second thread made every step several times slower
+    (``benchmarks/bootstrap_threads.py``: 0.37 s/step with 1 thread against 3.7 s with 2 at load
+    average 7, 0.57 against 8.3 s at load 13). Same recipe, same quality; only the wall time changes."""
+    return max(1, int(os.environ.get("PROPEL_BOOTSTRAP_THREADS") or 1))
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the previous setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def cache_dir(data_dir: Path, domain: str, settings: BootstrapSettings) -> Path:
     return Path(data_dir) / "bootstrap" / domain / settings.cache_key()
 
@@ -187,11 +208,12 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
     model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    started = time.perf_counter()
-    loss = train(model, tokenizer, settings, show_progress=show_progress)
-    train_s = time.perf_counter() - started
-    validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
-                                settings.max_new_tokens)
+    with torch_threads(bootstrap_threads()):
+        started = time.perf_counter()
+        loss = train(model, tokenizer, settings, show_progress=show_progress)
+        train_s = time.perf_counter() - started
+        validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
+                                    settings.max_new_tokens)
     save_tiny(model, tokenizer, target)
     meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
             "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,

@@ -4,7 +4,8 @@ The daemon's retrain phase calls :func:`train_aux_probe` with labelled samples o
 policy (spot-checked by the real solver). The recipe:
 
 * **false positives** — valid, probe probability ≥ ``threshold``, solve count outside the band —
-  are found with :func:`curriculum.spotcheck.false_positives`;
+  are found with :func:`curriculum.spotcheck.false_positives` (the daemon records them in its
+  ``false_positives`` table when it labels spot-checks and passes them in as ``false_positive_ids``);
 * **positives** — in-band labelled tasks (the current samples' plus, typically, the original
   probe-training corpus' positives passed as ``extra_positives``);
 * **negatives** — the false positives, plus (``collapse_topic``) the valid tasks of the dominant
@@ -19,14 +20,16 @@ Plain functions: no store, no Celery. The daemon does the I/O and registers the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from curriculum.spotcheck import Band, LabelValue, false_positives
-from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig, evaluate, train_probe
+from curriculum.spotcheck import LabelValue, false_positives
+from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig
+from probes.band import Band
+from probes.fit import fit_probe
 
 
 class InsufficientAuxData(ValueError):
@@ -75,11 +78,19 @@ def dominant_topic(samples: Sequence[LabelledSample]) -> tuple[str | None, float
 
 def build_aux_dataset(samples: Sequence[LabelledSample], band: Band, threshold: float,
                       collapse_topic: str | None = None, extra_positives: Sequence[str] = (),
-                      extra_negatives: Sequence[str] = ()) -> AuxDataset:
-    """Positives and negatives for the aux probe (see the module docstring). Duplicates are dropped."""
-    labelled = [(s.task_id, s.valid, s.probability, s.label) for s in samples if s.label is not None]
-    fps = {fp[0] for fp in false_positives(labelled, threshold, band)}
+                      extra_negatives: Sequence[str] = (),
+                      false_positive_ids: Collection[int] | None = None) -> AuxDataset:
+    """Positives and negatives for the aux probe (see the module docstring). Duplicates are dropped.
+
+    ``false_positive_ids``: false positives already recorded (the daemon's ``false_positives``
+    table) — used as they are instead of being mined again from ``samples``' labels.
+    """
     by_id = {s.task_id: s for s in samples}
+    if false_positive_ids is None:
+        labelled = [(s.task_id, s.valid, s.probability, s.label) for s in samples if s.label is not None]
+        fps = {fp[0] for fp in false_positives(labelled, threshold, band)}
+    else:
+        fps = {t for t in false_positive_ids if t in by_id}
     positives = [s.text for s in samples if s.valid and s.label is not None and s.label.in_band]
     collapse_ids = [s.task_id for s in samples if collapse_topic is not None and s.valid and s.topic == collapse_topic
                     and not (s.label is not None and s.label.in_band) and s.task_id not in fps]
@@ -100,33 +111,20 @@ def build_aux_dataset(samples: Sequence[LabelledSample], band: Band, threshold: 
 def train_aux_probe(samples: Sequence[LabelledSample], extractor: FeatureExtractor, spec: FeatureSpec, band: Band,
                     threshold: float = 0.5, collapse_topic: str | None = None, extra_positives: Sequence[str] = (),
                     extra_negatives: Sequence[str] = (), arch: str = "mlp", config: TrainConfig | None = None,
-                    name: str = "aux-fp", val_share: float = 0.2) -> AuxProbeResult:
+                    name: str = "aux-fp", val_share: float = 0.2,
+                    false_positive_ids: Collection[int] | None = None) -> AuxProbeResult:
     """Mine false positives, build the aux set, train an aux head on frozen-reference features.
 
     ``samples[*].text`` must be the text the reference reads (``domain.reference_text(task)``).
     Returns the probe (same reference fingerprint as ``extractor``) with validation metrics.
     """
-    data = build_aux_dataset(samples, band, threshold, collapse_topic, extra_positives, extra_negatives)
+    data = build_aux_dataset(samples, band, threshold, collapse_topic, extra_positives, extra_negatives,
+                             false_positive_ids)
     config = config or TrainConfig(seed=0)
     x = extractor.extract(data.texts, [spec])[spec]
-    train_idx, val_idx = _split(data.labels, val_share, config.seed)
-    x_val = x[val_idx] if val_idx.size else None
-    y_val = data.labels[val_idx] if val_idx.size else None
-    result = train_probe(x[train_idx], data.labels[train_idx], arch, "weighted", config, x_val, y_val)
-    metrics: dict[str, Any] = {"train_rows": int(result.train_rows), "best_epoch": result.best_epoch}
-    if val_idx.size and len(set(data.labels[val_idx].tolist())) == 2:
-        metrics |= evaluate(data.labels[val_idx], result.head.probabilities(x[val_idx])).to_dict()
-    ref = extractor.reference
-    probe = Probe(result.head, spec, ref.model_id, ref.fingerprint, ref.hidden_size, band=(band.lo, band.hi),
-                  k=band.k, name=name, training={"rows": len(data.texts), **data.summary}, metrics=metrics)
+    probe = fit_probe(x, data.labels, reference=extractor.reference, spec=spec, band=band, arch=arch,
+                      balance="weighted", config=config, name=name, val_share=val_share,
+                      training={"rows": len(data.texts), **data.summary})
+    metrics = probe.metrics
     return AuxProbeResult(probe, data, metrics)
 
-
-def _split(labels: np.ndarray, val_share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffled train/validation indices; no validation set when it would leave a class out of training."""
-    order = np.random.default_rng(seed).permutation(labels.size)
-    n_val = round(val_share * labels.size) if labels.size >= 10 else 0
-    train, val = np.sort(order[n_val:]), np.sort(order[:n_val])
-    if len(set(labels[train].tolist())) < 2:
-        return np.arange(labels.size), np.arange(0)
-    return train, val

@@ -20,7 +20,8 @@ from typing import Any
 from curriculum.diversity import distinct_n, fixed_sample, self_bleu, topic_shares
 from curriculum.domains.base import Domain, Validity
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band, LabelValue, label_tasks
+from curriculum.spotcheck import LabelValue, label_tasks
+from probes.band import Band
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ aux probes) and retires ready queue tasks the new probe no longer rates as front
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,12 +28,15 @@ import numpy as np
 from sqlalchemy import select, update
 
 from curriculum import frontier_labels
+from curriculum.artifacts import ArtifactStore
 from curriculum.domains.base import Domain, Task
 from curriculum.staleness import StalenessPolicy, freshest_per_task
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import QueueItem, RetrainJob, TaskRow
-from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig, evaluate, load_probe, save_probe, train_probe
+from probes import FeatureExtractor, FeatureSpec, TrainConfig, evaluate, load_probe, save_probe
+from probes.band import Band
+from probes.fit import fit_probe
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,12 @@ def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessP
     return RefreshData(order, texts, np.array([int(bool(keep[t].label.in_band)) for t in order], dtype=int))
 
 
-def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtractor) -> dict[str, Any]:
+def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtractor,
+                artifacts: ArtifactStore) -> dict[str, Any]:
     """Train and judge a challenger for ``spec`` (a primary-role RetrainSpec); returns the job result.
+
+    The champion is loaded from ``artifacts`` (its registry address); the challenger is saved there
+    and ``result["artifact"]`` is its ``cas://sha256/…`` address.
 
     Raises :class:`InsufficientRefreshData` when the labels cannot train or judge a challenger.
     """
@@ -119,31 +127,31 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     train, hold = split_recent(idx, spec.holdout_share)
     if len(set(data.labels[train].tolist())) < 2:
         raise InsufficientRefreshData("the training labels lack a class (need in-band and out-of-band tasks)")
-    result = train_probe(x[train], data.labels[train], spec.arch, "downsample", TrainConfig(seed=spec.seed))
-    ref = extractor.reference
-    challenger = Probe(result.head, feature, ref.model_id, ref.fingerprint, ref.hidden_size,
-                       (spec.band_lo, spec.band_hi), spec.k, name=spec.name,
-                       training={"rows": len(train), "positives": int(data.labels[train].sum()),
-                                 "solver": spec.solver, "staleness": spec.staleness})
+    challenger = fit_probe(x[train], data.labels[train], reference=extractor.reference, spec=feature,
+                           band=Band(spec.k, spec.band_lo, spec.band_hi, spec.min_valid_trials), arch=spec.arch,
+                           config=TrainConfig(seed=spec.seed), name=spec.name,
+                           training={"rows": len(train), "positives": int(data.labels[train].sum()),
+                                     "solver": spec.solver, "staleness": spec.staleness})
     y_hold = data.labels[hold]
     if len(set(y_hold.tolist())) < 2:
         raise InsufficientRefreshData(f"the {len(hold)} most recent labels (the holdout) are all "
                                       f"{'in' if y_hold.all() else 'out of'} band: nothing to judge a challenger on")
     ch_score = _score(challenger.head.probabilities(x[hold]), y_hold)
-    champ_score = _champion_score(spec.champion, extractor, data.texts, hold, y_hold)
+    champ_score = _champion_score(spec.champion, artifacts, extractor, data.texts, hold, y_hold)
     verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))))
     challenger.metrics.update({"holdout": None if ch_score is None else ch_score.__dict__})
-    path = save_probe(challenger, Path(spec.artifact_dir) / spec.name)
-    return {"artifact": str(path), "promote": verdict.promote, "reason": verdict.reason,
+    with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
+        uri = artifacts.put_tree(save_probe(challenger, Path(tmp) / spec.name))
+    return {"artifact": uri, "promote": verdict.promote, "reason": verdict.reason,
             "challenger": None if ch_score is None else ch_score.__dict__,
             "champion": None if champ_score is None else champ_score.__dict__,
             "champion_uri": spec.champion, "train_rows": len(train), "holdout_rows": len(hold)}
 
 
-def _champion_score(uri: str, extractor: FeatureExtractor, texts: list[str], hold: list[int],
-                    y: np.ndarray) -> HoldoutScore | None:
+def _champion_score(uri: str, artifacts: ArtifactStore, extractor: FeatureExtractor, texts: list[str],
+                    hold: list[int], y: np.ndarray) -> HoldoutScore | None:
     try:
-        champ = load_probe(uri, expected_fingerprint=extractor.reference.fingerprint)
+        champ = load_probe(artifacts.local_path(uri), expected_fingerprint=extractor.reference.fingerprint)
     except Exception:  # artifact gone or from another reference: the challenger is judged alone
         return None
     x = extractor.extract([texts[i] for i in hold], [champ.spec])
@@ -179,8 +187,12 @@ def retire_stale(store: Store, probabilities: dict[int, float], threshold: float
     return moved
 
 
-def record_refresh(store: Store, spec: Any, result: dict[str, Any], reference_fingerprint: str) -> int:
-    """Register the challenger (inactive, role primary) and write the job's ``done`` outcome."""
+def record_refresh(store: Store, spec: Any, result: dict[str, Any], reference_fingerprint: str,
+                   artifacts: ArtifactStore | None = None) -> int:
+    """Register the challenger (inactive, role primary) under its artifact address and write the job's
+    ``done`` outcome. ``artifacts`` (optional) checks that the address is in the store first."""
+    if artifacts is not None and not artifacts.has_tree(result["artifact"]):
+        raise ValueError(f"challenger {result['artifact']} is not in {artifacts.location}")
     with store.session() as s:
         pid = repo.register_probe(s, spec.name, "primary", result["artifact"], reference_fingerprint,
                                   {"refresh": {k: v for k, v in result.items() if k != "artifact"},

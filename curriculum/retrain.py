@@ -3,9 +3,10 @@ and in a Celery ``retrain`` worker (distributed mode).
 
 The leader writes a ``pending`` :class:`~curriculum.store.models.RetrainJob` row with a
 :class:`RetrainSpec`, then either calls :func:`run_retrain` itself or sends the spec to the run's
-``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run (with the primary
-probe's probability), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
-frozen reference, saves the artifact under ``spec.artifact_dir``, registers it **inactive** and
+``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run and the false positives
+the leader recorded in the ``false_positives`` table (the negatives; the leader marks them consumed
+when it activates the probe), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
+frozen reference, puts the artifact in the content-addressed artifact store, registers it **inactive** and
 records the outcome on the job row. The leader activates a ``done`` probe (it owns the reward).
 
 Idempotent: a redelivered message for a finished job returns the recorded outcome; the probe name is
@@ -15,6 +16,7 @@ unique, so a job killed between saving and recording re-registers the same row.
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -24,16 +26,21 @@ from typing import Any
 from sqlalchemy import select, update
 
 from curriculum import frontier_labels, refresh
+from curriculum.artifacts import ArtifactStore
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
-from curriculum.spotcheck import Band, LabelValue
+from curriculum.spotcheck import LabelValue
 from curriculum.staleness import StalenessPolicy, freshest_per_task
-from curriculum.store import repo
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
+from probes.band import Band
 
 log = logging.getLogger("propel.retrain")
+
+
+_RETIRED_SPEC_KEYS = ("artifact_dir",)  # jobs written before the artifact store (probes now go to the store)
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class RetrainSpec:
     run_id: int
     name: str
     cycle: int
-    reference: str  # model path or hub id of the frozen reference the probe reads
+    reference: str  # hub id, or the content address of a local reference model (fetched from the artifact store)
     reference_fingerprint: str  # the worker refuses a reference whose weights differ
     layer: int
     pooling: str
@@ -54,7 +61,6 @@ class RetrainSpec:
     threshold: float
     arch: str
     collapse_topic: bool  # also use the dominant topic family as negatives (collapse mitigation)
-    artifact_dir: str
     seed: int = 0
     solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
     staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
@@ -72,6 +78,7 @@ class RetrainSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetrainSpec:
+        data = {k: v for k, v in data.items() if k not in _RETIRED_SPEC_KEYS}
         unknown = set(data) - {f.name for f in fields(cls)}
         missing = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING} - set(data)
         if unknown or missing:
@@ -118,9 +125,16 @@ def finish_job(store: Store, name: str, state: str, reason: str | None = None) -
                   .values(state=state, reason=reason, finished_at=datetime.now(UTC)))
 
 
+def reject_job(store: Store, name: str, reason: str) -> None:
+    """Mark a ``done`` job ``failed`` (its probe could not be activated: e.g. not in the leader's store)."""
+    with store.session() as s:
+        s.execute(update(RetrainJob).where(RetrainJob.name == name, RetrainJob.state == "done")
+                  .values(state="failed", reason=reason))
+
+
 def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
                  staleness: StalenessPolicy | None = None) -> list[LabelledSample]:
-    """Every usable labelled valid task of the run, as reference text + primary-probe probability.
+    """Every usable labelled valid task of the run, as reference text + its current ensemble probability.
 
     With ``solver``: spot-check *and* trainer labels of that solver name that still count under
     ``staleness`` (:mod:`curriculum.staleness`), the freshest one per task. Without: every spot-check
@@ -128,7 +142,6 @@ def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
     replaces the previous one, so it must keep refusing what the earlier ones refused.
     """
     with store.session() as s:
-        primary = repo.primary_probe_id(s, run_id)
         if solver:
             best = freshest_per_task(frontier_labels.usable_labels(s, solver, staleness or StalenessPolicy(),
                                                                    run_id=run_id))
@@ -142,15 +155,20 @@ def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
                        Label.in_band.is_not(None)))}
         rows = s.execute(
             select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, ProbeScore.probability)
-            .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
+            .select_from(TaskRow)
+            .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
             .where(TaskRow.id.in_(list(labels)))).all() if labels else []
     return [LabelledSample(r.id, domain.reference_text(Task(domain.name, r.text, dict(r.payload or {}))), True,
                            float(r.probability or 0.0), labels[r.id], r.topic)
             for r in sorted(rows, key=lambda r: r.id)]
 
 
-def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor) -> RetrainOutcome:
-    """Carry out the job ``spec.name`` (created first if missing); returns its recorded outcome."""
+def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor,
+                artifacts: ArtifactStore) -> RetrainOutcome:
+    """Carry out the job ``spec.name`` (created first if missing); returns its recorded outcome.
+
+    The probe goes to ``artifacts`` and is registered under its content address, so the leader
+    fetches (and verifies) it from the store, whatever machine trained it."""
     create_job(store, spec)
     known = job_outcome(store, spec.name)
     if known is not None and known.state != "pending":
@@ -160,20 +178,23 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
                    f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
         return _outcome(store, spec.name)
     if spec.role == "primary":
-        return _run_primary_refresh(store, spec, domain, extractor)
+        return _run_primary_refresh(store, spec, domain, extractor, artifacts)
     samples = load_samples(store, spec.run_id, domain, spec.solver, StalenessPolicy(**spec.staleness))
+    with store.session() as s:  # the false positives the leader recorded, consumed ones too (see load_samples)
+        recorded = lineage.false_positive_tasks(s, spec.run_id)
     topic = dominant_topic(samples)[0] if spec.collapse_topic else None
     try:
         result = train_aux_probe(samples, extractor, FeatureSpec(layer=spec.layer, pooling=spec.pooling), spec.band,
                                  threshold=spec.threshold, collapse_topic=topic, arch=spec.arch,
-                                 config=TrainConfig(seed=spec.seed), name=spec.name)
+                                 config=TrainConfig(seed=spec.seed), name=spec.name, false_positive_ids=recorded)
     except InsufficientAuxData as err:
         finish_job(store, spec.name, "skipped", str(err))
         return _outcome(store, spec.name)
-    path = save_probe(result.probe, Path(spec.artifact_dir) / spec.name)
+    with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
+        uri = artifacts.put_tree(save_probe(result.probe, Path(tmp) / spec.name))
     fp_ids = result.dataset.false_positive_ids
     with store.session() as s:
-        pid = repo.register_probe(s, spec.name, "aux", str(path), spec.reference_fingerprint,
+        pid = repo.register_probe(s, spec.name, "aux", uri, spec.reference_fingerprint,
                                   {"metrics": result.metrics, "training": result.dataset.summary, "cycle": spec.cycle},
                                   run_id=spec.run_id)
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
@@ -182,27 +203,28 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
     return _outcome(store, spec.name)
 
 
-def _run_primary_refresh(store: Store, spec: RetrainSpec, domain: Domain,
-                         extractor: FeatureExtractor) -> RetrainOutcome:
+def _run_primary_refresh(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor,
+                         artifacts: ArtifactStore) -> RetrainOutcome:
     try:
-        result = refresh.run_refresh(store, spec, domain, extractor)
+        result = refresh.run_refresh(store, spec, domain, extractor, artifacts)
     except refresh.InsufficientRefreshData as err:
         finish_job(store, spec.name, "skipped", str(err))
         return _outcome(store, spec.name)
-    refresh.record_refresh(store, spec, result, spec.reference_fingerprint)
+    refresh.record_refresh(store, spec, result, spec.reference_fingerprint, artifacts)
     return _outcome(store, spec.name)
 
 
-def carry_out(store: Store, spec: RetrainSpec, domain: Domain,
-              extractor: Callable[[str], FeatureExtractor]) -> RetrainOutcome:
+def carry_out(store: Store, spec: RetrainSpec, domain: Domain, extractor: Callable[[str], FeatureExtractor],
+              artifacts: Callable[[], ArtifactStore]) -> RetrainOutcome:
     """:func:`run_retrain` with any error recorded on the job (``failed`` + the error) instead of raised.
 
     ``extractor(spec.reference)`` gives the feature extractor (a worker loads the reference here, so
-    a reference that cannot load is a recorded failure too). The leader moves on at its next retrain
+    a reference that cannot load is a recorded failure too); ``artifacts()`` the artifact store (an
+    unusable ``artifacts.url`` is a recorded failure as well). The leader moves on at its next retrain
     phase instead of waiting for the timeout.
     """
     try:
-        return run_retrain(store, spec, domain, extractor(spec.reference))
+        return run_retrain(store, spec, domain, extractor(spec.reference), artifacts())
     except Exception as err:
         log.exception("retrain %s failed", spec.name)
         create_job(store, spec)

@@ -32,7 +32,8 @@ import numpy as np
 
 from curriculum.domains.base import Domain, Validity
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band, compute_label, grade_outcome
+from curriculum.spotcheck import compute_label, grade_outcome
+from probes.band import Band
 
 
 class RewardError(RuntimeError):
@@ -136,7 +137,55 @@ def _probe_outputs(scorer: Scorer, texts: list[str], what: str) -> tuple[np.ndar
     return logits, probs
 
 
-class HardGateReward(_LoggedReward):
+class ProbeReward(_LoggedReward):
+    """A reward computed from validity checks and ensemble scores.
+
+    ``__call__`` validates and scores a batch once; :meth:`from_scores` is the arithmetic alone, for
+    callers that already validated and scored the batch (the daemon's sample phase: one
+    validate-and-score pass per sample batch). The scores cover :meth:`scored_indices` of the checks.
+    """
+
+    scorer: Scorer
+
+    def scored_indices(self, checks: Sequence[Validity]) -> list[int]:
+        """Which checks need a probe score (the valid ones, unless the reward ignores validity)."""
+        return [i for i, v in enumerate(checks) if v.valid]
+
+    def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
+                    **kwargs: Any) -> list[float]:
+        raise NotImplementedError
+
+    def from_valid_scores(self, checks: Sequence[Validity], logits: Sequence[float],
+                          probabilities: Sequence[float], **kwargs: Any) -> list[float]:
+        """The reward of ``checks`` whose valid entries are already scored (``logits``/``probabilities``
+        in their order). Nothing is validated again; only what the reward needs beyond the valid
+        tasks (``probe_only``'s invalid completions) is scored here."""
+        valid = [i for i, v in enumerate(checks) if v.valid]
+        have = dict(zip(valid, zip(logits, probabilities, strict=True), strict=True))
+        need = self.scored_indices(checks)
+        missing = [i for i in need if i not in have]
+        if missing:
+            extra_l, extra_p = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task)
+                                                            for i in missing], self.__name__)
+            have |= dict(zip(missing, zip(extra_l.tolist(), extra_p.tolist(), strict=True), strict=True))
+        return self.from_scores(checks, [have[i][0] for i in need], [have[i][1] for i in need], **kwargs)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        checks = self._validate(completions)
+        idx = self.scored_indices(checks)
+        logits, probs = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in idx],
+                                       self.__name__)
+        return self.from_scores(checks, logits.tolist(), probs.tolist(), **kwargs)
+
+
+def _check_scores(idx: list[int], logits: Sequence[float], what: str) -> None:
+    if len(logits) != len(idx):
+        raise RewardError(f"{what}: {len(logits)} scores for {len(idx)} scored completions")
+    if not all(math.isfinite(x) for x in logits):
+        raise RewardError(f"{what}: non-finite scores")
+
+
+class HardGateReward(ProbeReward):
     """Invalid → ``floor``; valid → ensemble logit (clipped below at ``floor + margin/2``)."""
 
     __name__ = "hard_gate"
@@ -160,11 +209,10 @@ class HardGateReward(_LoggedReward):
     def valid_minimum(self) -> float:
         return self.floor + self.margin / 2
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        checks = self._validate(completions)
-        valid_idx = [i for i, v in enumerate(checks) if v.valid]
-        logits, _ = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in valid_idx],
-                                   "hard_gate")
+    def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
+                    **kwargs: Any) -> list[float]:
+        valid_idx = self.scored_indices(checks)
+        _check_scores(valid_idx, logits, self.__name__)
         rewards = [self.floor] * len(checks)
         clipped = 0
         for i, logit in zip(valid_idx, logits, strict=True):
@@ -173,7 +221,7 @@ class HardGateReward(_LoggedReward):
         return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped)
 
 
-class SoftGateReward(_LoggedReward):
+class SoftGateReward(ProbeReward):
     """Invalid → ``floor`` (below 0); valid → probe probability."""
 
     __name__ = "soft_gate"
@@ -185,18 +233,17 @@ class SoftGateReward(_LoggedReward):
         self.scorer = scorer
         self.floor = float(floor)
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        checks = self._validate(completions)
-        valid_idx = [i for i, v in enumerate(checks) if v.valid]
-        _, probs = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in valid_idx],
-                                  "soft_gate")
+    def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
+                    **kwargs: Any) -> list[float]:
+        valid_idx = self.scored_indices(checks)
+        _check_scores(valid_idx, probabilities, self.__name__)
         rewards = [self.floor] * len(checks)
-        for i, p in zip(valid_idx, probs, strict=True):
+        for i, p in zip(valid_idx, probabilities, strict=True):
             rewards[i] = float(p)
         return self._record(rewards, [v.valid for v in checks], kwargs)
 
 
-class ProbeOnlyReward(_LoggedReward):
+class ProbeOnlyReward(ProbeReward):
     """The ensemble logit of every completion (no validity gate; the ablation of PROPEL Fig. 4b)."""
 
     __name__ = "probe_only"
@@ -205,9 +252,12 @@ class ProbeOnlyReward(_LoggedReward):
         super().__init__(domain, group_size)
         self.scorer = scorer
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        checks = self._validate(completions)
-        logits, _ = _probe_outputs(self.scorer, [self.domain.reference_text(v.task) for v in checks], "probe_only")
+    def scored_indices(self, checks: Sequence[Validity]) -> list[int]:
+        return list(range(len(checks)))
+
+    def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
+                    **kwargs: Any) -> list[float]:
+        _check_scores(self.scored_indices(checks), logits, self.__name__)
         return self._record([float(x) for x in logits], [v.valid for v in checks], kwargs)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,22 +23,7 @@ from curriculum.solvers.base import Completion, Sampling, SolverBackend
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
-
-
-@dataclass(frozen=True)
-class Band:
-    """Utility label: ``k`` attempts, a task is in band when ``lo ≤ solves ≤ hi`` over valid trials."""
-
-    k: int = 8
-    lo: int = 1
-    hi: int = 3
-    min_valid_trials: int = 6
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.lo <= self.hi <= self.k:
-            raise ValueError(f"band needs 0 ≤ lo ≤ hi ≤ k, got lo={self.lo} hi={self.hi} k={self.k}")
-        if not 1 <= self.min_valid_trials <= self.k:
-            raise ValueError(f"min_valid_trials must be in [1, k={self.k}], got {self.min_valid_trials}")
+from probes.band import Band, Side
 
 
 @dataclass(frozen=True)
@@ -49,17 +34,15 @@ class LabelValue:
 
     def side(self, band: Band) -> str | None:
         """``too_hard`` below the band, ``too_easy`` above it, ``None`` inside or unlabelled."""
-        if self.in_band is None or self.in_band:
-            return None
-        return "too_hard" if self.solved < band.lo else "too_easy"
+        side = band.side(self.solved, self.valid_trials)
+        return side.value if side in (Side.TOO_EASY, Side.TOO_HARD) else None
 
 
 def compute_label(outcomes: Sequence[str], band: Band) -> LabelValue:
     """Label from trial outcomes (``pass``/``fail``/``null``); ``null`` trials are excluded."""
     solved = sum(1 for o in outcomes if o == "pass")
     valid = sum(1 for o in outcomes if o in ("pass", "fail"))
-    in_band = None if valid < band.min_valid_trials else band.lo <= solved <= band.hi
-    return LabelValue(solved, valid, in_band)
+    return LabelValue(solved, valid, band.in_band(solved, valid))
 
 
 def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
@@ -71,13 +54,20 @@ def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
 
 
 def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
-                sampling: Sampling) -> list[LabelValue]:
-    """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored)."""
-    if not tasks:
-        return []
-    answers = solver.generate([domain.solver_prompt(t) for t in tasks], band.k, sampling)
-    return [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
-            for t, row in zip(tasks, answers, strict=True)]
+                sampling: Sampling, progress: Callable[[int], None] | None = None,
+                chunk: int = 64) -> list[LabelValue]:
+    """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored).
+
+    Tasks go to the solver ``chunk`` at a time; ``progress(n)`` is called after each chunk."""
+    out: list[LabelValue] = []
+    for start in range(0, len(tasks), max(1, chunk)):
+        part = tasks[start:start + max(1, chunk)]
+        answers = solver.generate([domain.solver_prompt(t) for t in part], band.k, sampling)
+        out += [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
+                for t, row in zip(part, answers, strict=True)]
+        if progress is not None:
+            progress(len(part))
+    return out
 
 
 def false_positives(items: Sequence[tuple[int, bool, float, LabelValue]], threshold: float,

@@ -25,6 +25,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "PROPEL_DATABASE_URL": ("store", "url"),
     "PROPEL_BROKER_URL": ("broker", "url"),
     "PROPEL_API_TOKEN": ("api", "token"),
+    "PROPEL_ARTIFACTS_URL": ("artifacts", "url"),
 }
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
@@ -54,7 +55,7 @@ class StoreConfig(_Section):
         "Use postgresql+psycopg://user@host/db in production.",
     )
     pool_size: int = Field(default=5, ge=1, le=100)
-    echo: bool = False
+    echo: bool = Field(default=False, description="log every SQL statement (sqlalchemy echo)")
 
     @field_validator("url")
     @classmethod
@@ -104,7 +105,6 @@ class GeneratorConfig(_Section):
     """The trainable generator (a LoRA adapter is trained on top of it)."""
 
     model: str = Field(default="bootstrap:arith", description="hub id, local path, or bootstrap:DOMAIN")
-    revision: str | None = None
     max_new_tokens: int = Field(default=48, ge=1)
     temperature: float = Field(default=1.0, gt=0)
     bootstrap_steps: int | None = Field(default=None, ge=1, description="bootstrap:* models only: training "
@@ -115,8 +115,7 @@ class ReferenceConfig(_Section):
     """The frozen reference model whose hidden states the probes read (may differ from the generator)."""
 
     model: str | None = Field(default=None, description="empty → same as generator.model")
-    revision: str | None = None
-    batch_size: int = Field(default=64, ge=1)
+    batch_size: int = Field(default=64, ge=1, description="texts per reference forward pass (probe features)")
 
 
 class ProbesConfig(_Section):
@@ -131,7 +130,8 @@ class ProbesConfig(_Section):
                                "the first probe(s) of a fresh run")
     frontier_threshold: float = Field(
         default=0.5, gt=0, lt=1, description="probability above which a task is probe-high")
-    ece_ceiling: float = Field(default=0.15, gt=0, le=1)
+    ece_ceiling: float = Field(default=0.15, gt=0, le=1, description="`propel probes sweep` selects among "
+                               "cells whose validation ECE is at most this (its --ece-ceiling default)")
 
 
 class SolverConfig(_Section):
@@ -193,6 +193,10 @@ class SpotCheckConfig(_Section):
     budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
     budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
     probe_high_share: float = Field(default=0.75, ge=0, le=1)
+    deadline_s: float = Field(default=3600.0, gt=0, description="a dispatched spot-check with no label after "
+                              "this long is sent again (only its missing trials are attempted)")
+    redispatches: int = Field(default=1, ge=0, description="times a late spot-check is sent again before it is "
+                              "abandoned (counted in propel_spotchecks_abandoned_total)")
 
     @model_validator(mode="after")
     def _band(self) -> SpotCheckConfig:
@@ -262,7 +266,9 @@ class EmissionConfig(_Section):
     max_topic_share: float = Field(default=0.4, gt=0, le=1)
     high_water_mark: int = Field(default=10_000, ge=1)
     max_attempts: int = Field(default=5, ge=1)
-    default_lease_s: int = Field(default=600, ge=1)
+    unverified_grace_s: float = Field(default=3600.0, ge=0, description="while spot-check labels are missing "
+                                      "(budget spent, no worker, broker down) emit on probe predictions for at most "
+                                      "this long, then only spot-check-verified tasks")
 
 
 class DaemonConfig(_Section):
@@ -273,7 +279,10 @@ class DaemonConfig(_Section):
     retrain_min_false_positives: int = Field(default=8, ge=0, description="0 disables FP-triggered retrains")
     emit_lookback_cycles: int = Field(default=3, ge=1, description="cycles whose tasks may still be emitted")
     heartbeat_s: float = Field(default=5.0, gt=0)
-    heartbeat_stale_s: float = Field(default=120.0, gt=0, description="`propel check` fails past this age")
+    heartbeat_stale_s: float = Field(default=30.0, gt=0, description="`propel check` and /healthz fail when "
+                                     "the heartbeat is older than this")
+    worker_silence_s: float = Field(default=600.0, gt=0, description="spot-checks pending with no solver trial "
+                                    "landing for this long → degraded (spotcheck_workers_silent)")
     lease_ttl_s: float = Field(default=30.0, gt=0, description="lease-row expiry (SQLite leadership)")
     standby: Literal["wait", "refuse"] = Field(default="wait", description="when another daemon leads")
     shutdown_deadline_s: float = Field(default=60.0, gt=0)
@@ -281,6 +290,9 @@ class DaemonConfig(_Section):
 
     @model_validator(mode="after")
     def _beats(self) -> DaemonConfig:
+        if self.heartbeat_s * 2 > self.heartbeat_stale_s:
+            raise ValueError("daemon.heartbeat_stale_s must be at least twice daemon.heartbeat_s, or a live daemon "
+                             "looks stale between heartbeats")
         if self.heartbeat_s * 2 > self.lease_ttl_s:
             raise ValueError("daemon.lease_ttl_s must be at least twice daemon.heartbeat_s, or a live leader "
                              "loses its lease between heartbeats")
@@ -317,6 +329,26 @@ class ApiConfig(_Section):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
 
 
+class ArtifactsConfig(_Section):
+    """The content-addressed artifact store (probes, generator checkpoints, local reference models)."""
+
+    url: str = Field(default="", description="'' → 'db' with a broker, <data_dir>/artifacts without one; "
+                     "'db' (the store database: workers need only the database and broker URLs), a local "
+                     "path / file:// URL, or any fsspec URL (s3://bucket/prefix with s3fs installed, gs://…)")
+
+    @field_validator("url")
+    @classmethod
+    def _known_protocol(cls, url: str) -> str:
+        if "://" in url and not url.startswith("file://"):
+            import fsspec
+
+            protocol = url.split("://", 1)[0]
+            if protocol not in fsspec.available_protocols():
+                raise ValueError(f"artifacts.url protocol {protocol!r} is not an fsspec protocol; use 'db', a "
+                                 "local path, or e.g. s3://bucket/prefix")
+        return url
+
+
 class PropelConfig(_Section):
     """The whole service configuration."""
 
@@ -337,6 +369,7 @@ class PropelConfig(_Section):
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
     frontier: FrontierConfig = FrontierConfig()
+    artifacts: ArtifactsConfig = ArtifactsConfig()
 
     @model_validator(mode="after")
     def _cross(self) -> PropelConfig:
@@ -357,8 +390,27 @@ class PropelConfig(_Section):
         return self.store.url or f"sqlite:///{(self.data_dir / 'propel.db').as_posix()}"
 
     @property
+    def artifacts_url(self) -> str:
+        """``artifacts.url`` with its default resolved: the database with a broker, a local directory without."""
+        if self.artifacts.url:
+            return self.artifacts.url
+        return str((self.data_dir / "artifacts").absolute()) if self.broker.embedded else "db"
+
+    @property
     def reference_model(self) -> str:
         return self.reference.model or self.generator.model
+
+
+#: Keys that were accepted once and did nothing; a config naming one fails with what replaced it.
+REMOVED_KEYS: dict[str, str] = {
+    "generator.revision": "removed (it was never applied): pin a revision by pointing generator.model at a "
+                          "local snapshot directory (`huggingface-cli download MODEL --revision REV --local-dir DIR`)",
+    "reference.revision": "removed (it was never applied): pin a revision by pointing reference.model at a "
+                          "local snapshot directory; the probes' reference fingerprint hashes the weights anyway",
+    "emission.default_lease_s": "removed (it was never applied): the lease duration is the consumer's: "
+                                "`lease_s` in POST /v1/tasks/lease, `propel tasks pull --lease-s`, "
+                                "PropelClient.lease(lease_s=...)",
+}
 
 
 class ConfigError(Exception):
@@ -388,6 +440,13 @@ def _mask(url: str) -> str:
 mask_url = _mask
 
 
+def mask_secrets(text: str) -> str:
+    """Mask ``user:password@`` in any URL inside free ``text`` (error messages)."""
+    import re
+
+    return re.sub(r"(\w+://[^:/@\s]*):[^@\s]+@", r"\1:***@", text)
+
+
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     for var, (section, key) in ENV_OVERRIDES.items():
@@ -405,7 +464,9 @@ def _problems(err: ValidationError) -> list[tuple[str, str]]:
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and key in REMOVED_KEYS:
+            msg = REMOVED_KEYS[key]
+        elif e["type"] == "extra_forbidden":
             msg = "unknown key: remove it or check its spelling (see examples/*.toml)"
         elif e["type"] == "missing":
             msg = "required value is missing"

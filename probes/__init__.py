@@ -6,8 +6,9 @@ Public API (see ``docs/PROBES.md``)::
 """
 
 from probes.artifacts import Probe, ProbeArtifactError, load_probe, read_metadata, save_probe
+from probes.band import Band, Side
 from probes.cache import CacheKey, FeatureCache, FeatureCacheError
-from probes.data import DatasetError, LabelBand, LabelledText, group_split, grouped_kfold, load_jsonl, random_split
+from probes.data import DatasetError, LabelledText, group_split, grouped_kfold, load_jsonl, random_split
 from probes.ensemble import ProbeEnsemble, ProbeScorer, Scores, check_compatible
 from probes.extraction import ExtractionConfig, FeatureExtractor
 from probes.fingerprint import model_fingerprint
@@ -24,6 +25,7 @@ __all__ = [
     "ARCHITECTURES",
     "BALANCES",
     "POOLINGS",
+    "Band",
     "CacheKey",
     "DatasetError",
     "ExtractionConfig",
@@ -32,7 +34,6 @@ __all__ = [
     "FeatureExtractor",
     "FeatureSpec",
     "FrozenReference",
-    "LabelBand",
     "LabelledText",
     "Probe",
     "ProbeArtifactError",
@@ -42,6 +43,7 @@ __all__ = [
     "ProbeScorer",
     "ReferenceChangedError",
     "Scores",
+    "Side",
     "SweepConfig",
     "SweepResult",
     "SweepRow",

@@ -16,18 +16,17 @@ from typing import Any
 import click
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from probes import (
     ARCHITECTURES,
     BALANCES,
+    Band,
     DatasetError,
     ExtractionConfig,
     FeatureCache,
     FeatureExtractor,
     FeatureSpec,
     FrozenReference,
-    LabelBand,
     LabelledText,
     Probe,
     ProbeArtifactError,
@@ -46,16 +45,16 @@ from probes import (
 )
 from probes.data import labels_for
 from probes.inputs import TextInput
+from probes.progress import ProgressReporter
 
 console = Console(stderr=True)
 
 
 @contextmanager
 def _progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+    """The shared reporter: a bar on a terminal, a line every ≤ 30 s in a log (see probes.progress)."""
+    with ProgressReporter(description, total) as bar:
+        yield bar.advance
 
 
 def _csv(kind: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
@@ -68,9 +67,9 @@ def _csv(kind: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter
     return parse
 
 
-def _band(band: str, k: int) -> LabelBand:
+def _band(band: str, k: int) -> Band:
     try:
-        return LabelBand.parse(band, k)
+        return Band.parse(band, k)
     except ValueError as exc:
         raise click.UsageError(f"--band/--k: {exc}") from exc
 
@@ -209,7 +208,7 @@ def _probe(
     reference: FrozenReference,
     spec: FeatureSpec,
     head: Any,
-    band: LabelBand,
+    band: Band,
     rows: Sequence[LabelledText],
     metrics: dict[str, Any],
     name: str,
@@ -351,7 +350,7 @@ def _report_if_labelled(rows: list[tuple[TextInput, dict[str, Any]]], prob: np.n
     if not all(isinstance(raw.get("solves"), int) and isinstance(raw.get("k"), int) for _, raw in rows):
         return
     first = scorer.ensemble.members[0]
-    band = LabelBand(first.band[0], first.band[1], first.k)
+    band = Band(first.k, first.band[0], first.band[1])
     try:
         labels = np.array([band.label(raw["solves"], raw["k"]) for _, raw in rows])
     except ValueError as exc:

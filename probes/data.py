@@ -1,9 +1,7 @@
 """Labelled probe data: the solve-count band, JSONL loading, and splits.
 
-Label rule: a row with ``solves`` successes out of ``k_row`` valid attempts is positive iff
-``lo / k <= solves / k_row <= hi / k`` for the band ``lo-hi`` of ``k``. With ``k_row == k`` this
-is simply ``lo <= solves <= hi``; when some trials were null (SWE: 1 of 2 valid out of 3) the
-realised solve *rate* is compared with the band's rate range, as in the paper (Appendix 14.2).
+Label rule: :class:`probes.band.Band` (a row with ``solves`` successes out of ``k`` valid attempts
+is positive iff its solve rate lies in the band's rate range).
 
 JSONL rows: ``{"text": str, "solves": int, "k": int, "group": str (optional),
 "turns": [[start, end], ...] (optional: assistant-turn character spans → a Trajectory)}``.
@@ -18,39 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from probes.band import Band
 from probes.inputs import TextInput, Trajectory
 
 
 class DatasetError(ValueError):
     """A labelled data file is unusable; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class LabelBand:
-    lo: int
-    hi: int
-    k: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.lo <= self.hi <= self.k or self.k < 1:
-            raise ValueError(f"band {self.lo}-{self.hi} of k={self.k} must satisfy 0 ≤ lo ≤ hi ≤ k, k ≥ 1")
-
-    @classmethod
-    def parse(cls, band: str, k: int) -> LabelBand:
-        """``"1-3"`` (or ``"2"``) with ``k`` → a band; ``ValueError`` with the expected form otherwise."""
-        parts = band.split("-")
-        try:
-            lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (None, None)
-        except ValueError:
-            lo = hi = None
-        if lo is None or hi is None:
-            raise ValueError(f"band {band!r} must look like LO-HI, e.g. 1-3")
-        return cls(lo, hi, k)
-
-    def label(self, solves: int, k_row: int) -> int:
-        if not 0 <= solves <= k_row or k_row < 1:
-            raise ValueError(f"solves={solves} must lie in 0…k={k_row}")
-        return int(self.lo * k_row <= solves * self.k <= self.hi * k_row)
 
 
 @dataclass(frozen=True)
@@ -112,7 +83,7 @@ def load_jsonl(path: str | Path) -> list[LabelledText]:
     return rows
 
 
-def labels_for(rows: Sequence[LabelledText], band: LabelBand) -> np.ndarray:
+def labels_for(rows: Sequence[LabelledText], band: Band) -> np.ndarray:
     return np.array([band.label(r.solves, r.k) for r in rows], dtype=int)
 
 

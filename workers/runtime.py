@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from curriculum.artifacts import ArtifactStore, is_cas_uri, open_artifacts
 from curriculum.domains.base import Domain, get_domain
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
@@ -30,6 +31,8 @@ class WorkerSettings:
     sampling: dict[str, Any] = field(default_factory=dict)
     visibility_timeout_s: int = 3600
     task_time_limit_s: int = 1800
+    artifacts_url: str = "db"  # the content-addressed artifact store (probes, reference models)
+    artifacts_cache: str = ".propel/cache/artifacts"  # where fetched artifacts are materialised
 
 
 @dataclass
@@ -41,6 +44,14 @@ class Resources:
     sampling: Sampling
     _solver: SolverBackend | None = None
     _extractors: dict[str, FeatureExtractor] = field(default_factory=dict)
+    _artifacts: ArtifactStore | None = None
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        if self._artifacts is None:
+            s = settings()
+            self._artifacts = open_artifacts(s.artifacts_url, self.store, s.artifacts_cache)
+        return self._artifacts
 
     @property
     def solver(self) -> SolverBackend:
@@ -49,12 +60,14 @@ class Resources:
         return self._solver
 
     def extractor(self, reference: str) -> FeatureExtractor:
-        """A feature extractor on the frozen reference ``reference`` (loaded once per process)."""
+        """A feature extractor on the frozen reference ``reference`` (a hub id, or a content address
+        fetched from the artifact store; loaded once per process)."""
         if reference not in self._extractors:
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"  # in the child: no CUDA before the fork
-            self._extractors[reference] = FeatureExtractor(FrozenReference.load(reference, device=device))
+            local = str(self.artifacts.fetch_tree(reference)) if is_cas_uri(reference) else reference
+            self._extractors[reference] = FeatureExtractor(FrozenReference.load(local, device=device))
         return self._extractors[reference]
 
 
@@ -83,6 +96,14 @@ def resources() -> Resources:
                         sampling=Sampling(**s.sampling))
         _resources = (pid, res)
     return _resources[1]
+
+
+def preload_model_libraries() -> None:
+    """Import the transformers model machinery in the worker's parent process (~7 s on a small CPU box):
+    forked pool children inherit it, so a retrain job's time limit covers loading the reference
+    and training, not library imports. Initialises no CUDA context (safe before fork)."""
+    import transformers.modeling_utils  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
 
 def settings_dict(s: WorkerSettings) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def retrain_task(spec: dict[str, Any]) -> dict[str, Any]:
     """Train the aux probe of a pending retrain job; the outcome (or the error) goes to the job's row."""
     job = RetrainSpec.from_json(spec)
     res = resources()
-    out = carry_out(res.store, job, res.domain, res.extractor)
+    out = carry_out(res.store, job, res.domain, res.extractor, lambda: res.artifacts)
     return {"name": out.name, "state": out.state, "probe_id": out.probe_id, "reason": out.reason}
 
 

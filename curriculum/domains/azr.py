@@ -26,8 +26,13 @@ Validity: the code parses; exactly one top-level ``def`` (renamed to ``f``; only
 docstring may sit beside it); no banned imports, names, dunder attributes or computed ``getattr``
 (:mod:`curriculum.domains.azr_static`, configurable); every input runs in the sandbox within the
 per-call limits; outputs are built from plain types (canonical repr, JSON-safe strings) and are
-identical in two separate processes (determinism; hash randomisation differs between them).
-Gold outputs are stored whole in ``payload["outputs"]``, never truncated.
+identical in two separate sandbox processes that evaluate the inputs in opposite orders (hash
+randomisation and address layout differ between them; otherwise invalid with reason
+``nondeterministic: ...``); a program that writes results that are not its own is invalid with
+reason ``tampering: ...``. Every program runs in its own fresh process, with a fresh namespace for
+every input (:mod:`curriculum.sandbox.forkserver`). Gold outputs are stored whole in
+``payload["outputs"]``, never truncated; they come from the run that evaluates the hidden inputs
+first, in order, exactly as grading evaluates them, so the gold code always re-grades perfectly.
 
 Grading: the solver answers with a function (last complete ```python block, or the whole answer
 if it contains ``def``); it must pass the same static policy, then runs on the 5 hidden inputs in
@@ -186,7 +191,7 @@ class AzrDomain:
 
     def _check_many(self, tasks: list[Task]) -> list[Validity]:
         staged: list[Task | str] = [self._static(t) for t in tasks]
-        programs = [Program(str(i), t.payload["code"], tuple(t.payload["inputs"]))
+        programs = [Program(str(i), t.payload["code"], tuple(t.payload["inputs"]), order=grading_order(t))
                     for i, t in enumerate(staged) if isinstance(t, Task)]
         first, second = self.runner().run_twice(programs) if programs else ([], [])
         by_id = {a.id: (a, b) for a, b in zip(first, second, strict=True)}
@@ -244,16 +249,26 @@ class AzrDomain:
         return program_topic(str(task.payload.get("code", "")))
 
 
+def grading_order(task: Task) -> tuple[int, ...]:
+    """Hidden inputs first, in order (as :meth:`AzrDomain.grade` evaluates them), then the shown ones."""
+    n, shown = len(task.payload["inputs"]), int(task.payload.get("n_shown", N_SHOWN))
+    return (*range(shown, n), *range(shown))
+
+
 def _judge(task: Task, first: ProgramResult, second: ProgramResult) -> Validity:
     """Validity of one program from its two sandbox runs."""
     if first.infra or second.infra:
         return Validity.invalid(task, f"sandbox infrastructure error: {first.reason or second.reason}")
     for run in (first, second):
+        if run.status == "tampering":
+            return Validity.invalid(task, f"tampering: {run.reason}")
+    for run in (first, second):
         if not run.ok:
             return Validity.invalid(task, f"execution {run.status}: {run.reason}")
-        for i, call in enumerate(run.calls):
-            if call.status != "ok":
-                return Validity.invalid(task, f"input {i} {call.status}: {call.error}")
+        failures = [(i, call) for i, call in enumerate(run.calls) if call.status != "ok"]
+        if failures:  # report the call that failed, not one skipped after it
+            i, call = next(((i, c) for i, c in failures if c.status != "skipped"), failures[0])
+            return Validity.invalid(task, f"input {i} {call.status}: {call.error}")
     difference = compare_runs(first, second)
     if difference:
         return Validity.invalid(task, difference)

@@ -1,7 +1,10 @@
 """Static (AST) checks and topic features for AZR code-induction programs.
 
 The static check is a policy filter in front of the sandbox, not the security boundary: dynamic
-tricks it cannot see (``getattr(m, "__" + "import__")``) are contained by the sandbox anyway.
+tricks it cannot see (``getattr(m, "__" + "import__")``) are contained by the sandbox anyway. It
+rejects imports of modules that reach files, processes, the network, clocks or the interpreter's
+internals (including every private ``_module``), so a valid task is a pure computation; state kept
+in allowed modules is contained by the sandbox (a fresh process per program, opposite-order runs).
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ DEFAULT_BANNED_MODULES: tuple[str, ...] = (
     "importlib", "signal", "pickle", "marshal", "io", "pathlib", "tempfile", "gc", "inspect",
     "asyncio", "concurrent", "urllib", "http", "resource", "platform", "uuid", "secrets", "glob",
     "fcntl", "mmap", "code", "codeop", "types", "weakref", "site", "sysconfig", "select", "pty",
+    # file, terminal, network and process access reachable without ``open``/``os``
+    "codecs", "shelve", "dbm", "sqlite3", "zipfile", "tarfile", "gzip", "bz2", "lzma", "fileinput",
+    "linecache", "tokenize", "runpy", "pkgutil", "zipimport", "faulthandler", "tracemalloc", "atexit",
+    "posix", "pwd", "grp", "termios", "tty", "readline", "ssl", "ftplib", "smtplib", "poplib", "imaplib",
+    "telnetlib", "xmlrpc", "webbrowser", "mailbox", "netrc", "filecmp", "zipapp", "venv", "ensurepip",
+    "trace", "pdb", "bdb", "cProfile", "profile", "timeit", "sched", "queue", "selectors",
+    "socketserver", "locale", "gettext", "getpass", "configparser", "plistlib", "email", "xml", "wave",
+    "sndhdr", "imghdr", "mimetypes", "uu", "nntplib", "cgi", "cgitb", "wsgiref", "distutils", "unittest",
 )
 #: Dotted names rejected wherever they appear as attribute chains.
 DEFAULT_BANNED_ATTRIBUTES: tuple[str, ...] = ("os.sys", "os.path", "sys.exit", "os.environ")
@@ -66,6 +77,8 @@ def _check_import(node: ast.Import | ast.ImportFrom, policy: StaticPolicy) -> No
     for name in names:
         if name.split(".")[0] in policy.banned_modules or name in policy.banned_modules:
             raise StaticError(f"banned import: {name}")
+        if any(part.startswith("_") for part in name.split(".")):
+            raise StaticError(f"banned import: {name} (private modules reach the interpreter's internals)")
 
 
 def _check_node(node: ast.AST, policy: StaticPolicy) -> None:

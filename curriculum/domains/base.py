@@ -129,6 +129,7 @@ _REGISTRY: dict[str, str] = {
     "arith": "curriculum.domains.arith:ArithDomain",
     "azr": "curriculum.domains.azr:AzrDomain",
     "math": "curriculum.domains.math:MathDomain",
+    "swe": "curriculum.domains.swe.domain:SweDomain",
 }
 
 

@@ -81,6 +81,20 @@ class CheckpointStore:
         self._prune()
         return target
 
+    def install(self, source: Path) -> Path:
+        """Copy a committed checkpoint from elsewhere (e.g. fetched from the artifact store) into place
+        and point LATEST at it; atomic like :meth:`commit`."""
+        staged = self.new_staging_dir() / "install"
+        shutil.copytree(source, staged)
+        step = int(json.loads((staged / "trainer_state.json").read_text())["global_step"])
+        target = self.root / f"{PREFIX}{step}"
+        if target.exists():
+            shutil.rmtree(target)  # an older or partial copy of the same step: the fetched one is verified
+        os.rename(staged, target)
+        _atomic_write(self.root / LATEST, target.name)
+        self._prune()
+        return target
+
     def checkpoints(self) -> list[Path]:
         """Committed checkpoints, oldest first."""
         found = [p for p in self.root.glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX):].isdigit()]

@@ -1,40 +1,39 @@
 """Sandboxed execution of generated code.
 
 Backends (chosen with :func:`get_sandbox`; ``auto`` prefers bubblewrap and logs a warning when it
-falls back to the weaker rlimit backend; every :class:`ExecutionResult` names its backend):
+falls back to the weaker rlimit backend; every :class:`ExecutionResult` names its backend).
+:func:`containment` lists, as data, what a backend contains on this host and what it lacks
+(``format_containment`` renders it for ``propel check``); ``docs/SANDBOX.md`` has the table.
 
 ``bubblewrap`` (``bwrap``)
-    Protects against: network access (own empty network namespace, loopback down, so host
-    services on 127.0.0.1 are unreachable); reading host files (only /usr, the Python installation
-    and, for the math grader, the project venv are bound, read-only; no /home, /root, /etc, /work);
-    writing anywhere but a private, size-limited tmpfs /tmp that vanishes with the sandbox; seeing
-    host processes or their environment (pid namespace, own /proc); host secrets in the environment
-    (scrubbed to :data:`SCRUBBED_ENV`); runaway CPU (RLIMIT_CPU plus a wall-clock deadline),
-    memory (RLIMIT_AS), fork bombs (RLIMIT_NPROC as uid nobody, pid namespace), huge files
-    (RLIMIT_FSIZE), huge output (stdout capped, process killed); stragglers (``--die-with-parent``,
-    ``--new-session``, the whole process group is SIGKILLed after every run). Runs as ``nobody``
-    with no capabilities (``setpriv`` when started as root, a user namespace otherwise).
-    Does NOT protect against: kernel exploits (the sandbox shares the host kernel; no seccomp filter
-    is installed), CPU contention with the host, reading world-readable files under the bound
-    Python/venv trees, or side channels. RLIMIT_NPROC counts every process of uid ``nobody`` on the
-    host, so concurrent sandboxes share that budget.
+    Protects against: network access (own empty network namespace); reading host files (only /usr
+    and the Python installation are bound, read-only); writing anywhere but a private, size-limited
+    tmpfs /tmp (/dev/shm is an empty read-only tmpfs); seeing or signalling host processes (pid
+    namespace; every descendant, ``setsid`` escapees included, dies with it); host secrets in the
+    environment (scrubbed to :data:`SCRUBBED_ENV`); runaway CPU (RLIMIT_CPU plus a wall clock),
+    memory per process (RLIMIT_AS) and outside the address space (seccomp denies memfd, SysV shm
+    and message queues), open files (RLIMIT_NOFILE), file size (RLIMIT_FSIZE), processes
+    (RLIMIT_NPROC on a per-run uid as root), huge output; a seccomp deny-list (ptrace, namespaces,
+    mounts, bpf, io_uring, ...). Runs as a fresh per-run uid (root) or ``nobody`` (user namespace)
+    with no capabilities.
+    Does NOT protect against: kernel bugs in the allowed syscalls, CPU contention with the host,
+    reading world-readable files under the bound Python tree, side channels, and memory summed
+    over processes (no cgroup: the bound is ``max_procs x memory_mb`` plus tmpfs and pipe buffers).
 
 ``rlimit`` (subprocess)
-    Protects against: runaway CPU, memory, processes (when started as root it drops to ``nobody``
-    so RLIMIT_NPROC applies), file size, huge output, stragglers in the process group, host
-    secrets in ``os.environ`` (scrubbed). Does NOT protect against: network access (it can connect
-    to 127.0.0.1 and beyond), reading any file the user can read, writing where the user can write
-    (as a non-root user that includes the user's own files), reading other same-user processes'
-    environments via /proc, or children that escape the process group with ``setsid``. Use it only
-    where bubblewrap cannot run; it is reported as weaker.
+    The same limits, seccomp filter, cleared environment, per-run uid (root) and kill-everything-of-
+    the-uid after the run, in an empty private working directory. Does NOT protect against:
+    network access, reading any world-readable host file by absolute path (the working tree
+    included), seeing host processes in /proc, and (when not root) writing the user's files or
+    children that escape the process group with ``setsid``. Use it only where bubblewrap cannot run.
 
 ``docker``
-    Network disabled, read-only root, tmpfs /tmp, memory/pids/ulimits, no capabilities, user nobody.
-    Needs an engine; the container spec is a pure function tested without one. Per-run container
-    start-up makes it much slower than bubblewrap; it is meant for SWE repositories.
+    Network disabled, read-only root, tmpfs /tmp, memory/pids limits, ulimits, no capabilities, user
+    nobody. Needs an engine; the container spec is a pure function tested without one.
 
-Batched execution (:mod:`curriculum.sandbox.batch`) runs many (function, input) pairs per process
-with per-call timers; determinism is checked with two separate processes.
+Batched execution (:mod:`curriculum.sandbox.batch`, :mod:`curriculum.sandbox.forkserver`): one
+sandbox process per batch forks a fresh child per program, each with its own result pipe;
+determinism is checked with two separate processes evaluating the inputs in opposite orders.
 """
 
 from curriculum.sandbox.backends import (
@@ -48,6 +47,7 @@ from curriculum.sandbox.backends import (
 )
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox, Status
 from curriculum.sandbox.batch import BatchRunner, CallResult, Program, ProgramResult, compare_runs
+from curriculum.sandbox.containment import Protection, containment, format_containment, missing_protections
 
 __all__ = [
     "SANDBOX_NAMES",
@@ -59,12 +59,16 @@ __all__ = [
     "Limits",
     "Program",
     "ProgramResult",
+    "Protection",
     "RlimitSandbox",
     "Sandbox",
     "Status",
     "bwrap_argv",
     "bwrap_probe",
     "compare_runs",
+    "containment",
+    "format_containment",
     "get_sandbox",
+    "missing_protections",
     "rlimit_argv",
 ]

@@ -1,14 +1,21 @@
 """The bubblewrap and rlimit-subprocess backends, and ``auto`` selection.
 
 The argv builders (:func:`bwrap_argv`, :func:`rlimit_argv`) are pure functions of their inputs so
-the exact isolation applied is unit-testable; the classes only add process execution.
+the exact isolation applied is unit-testable; the classes only add process execution. Started as
+root, every run gets its own uid (:func:`run_uid`), so ``RLIMIT_NPROC`` counts that run's processes
+only and every process of the run can be found and killed afterwards (``setsid`` escapees too).
+Both backends install the seccomp deny-list of :mod:`curriculum.sandbox.seccomp` (bubblewrap with
+``--seccomp``, rlimit with a ``prctl`` preamble). What each backend does not contain is listed by
+:func:`curriculum.sandbox.containment.containment`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -16,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
-from curriculum.sandbox.process import prlimit_argv, run_command
+from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
+from curriculum.sandbox.process import prlimit_argv, processes_of_uid, remove_tree, run_command
+from curriculum.sandbox.seccomp import filter_program, install_preamble
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,42 @@ def python_runtime(site_packages: bool) -> PythonRuntime:
     return PythonRuntime(os.path.realpath(sys.executable), ("-I", "-S"), (sys.base_prefix,))
 
 
+@functools.lru_cache(maxsize=1)
+def _full_uid_map() -> bool:
+    try:
+        with open("/proc/self/uid_map") as fh:
+            return fh.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def run_uid() -> int | None:
+    """The uid one sandboxed run executes as: a fresh random uid at or above ``SANDBOX_UID_MIN``
+    as root (so limits, processes and files are per run), ``nobody`` as root in a user namespace
+    that maps few uids, ``None`` (the invoking user) when not root."""
+    if os.geteuid() != 0:
+        return None
+    if not _full_uid_map():
+        return NOBODY
+    return SANDBOX_UID_MIN + secrets.randbelow(1 << 24)
+
+
+def nproc_limit(limits: Limits, uid: int | None) -> int:
+    """RLIMIT_NPROC for a run: ``max_procs`` on a per-run uid; otherwise the uid's current process
+    count plus ``max_procs`` (the limit counts every process of the uid on the host)."""
+    if uid is not None and uid >= SANDBOX_UID_MIN:
+        return limits.max_procs
+    return len(processes_of_uid(os.getuid() if uid is None else uid)) + limits.max_procs
+
+
+def seccomp_supported() -> bool:
+    try:
+        filter_program()
+    except ValueError:
+        return False
+    return True
+
+
 def uid_drop_argv(setpriv: str = SETPRIV, uid: int = NOBODY) -> list[str]:
     """``setpriv`` prefix that drops root to ``uid`` with no capabilities left anywhere."""
     return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
@@ -60,7 +105,8 @@ def _ancestors(path: str) -> list[str]:
 
 
 def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_root: bool,
-               symlinks: dict[str, str], bwrap: str = "bwrap") -> list[str]:
+               symlinks: dict[str, str], bwrap: str = "bwrap", uid: int = NOBODY,
+               seccomp_fd: int | None = None) -> list[str]:
     """The full bubblewrap command line around ``inner`` (pure).
 
     As root, no user namespace is created (it would map the sandbox user back to host root, which
@@ -70,7 +116,7 @@ def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_r
     if as_root:
         argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--unshare-cgroup-try"]
-        inner = [*uid_drop_argv(), *inner]
+        inner = [*uid_drop_argv(uid=uid), *inner]
     else:
         argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
                 "--cap-drop", "ALL"]
@@ -88,13 +134,18 @@ def bwrap_argv(inner: list[str], binds: tuple[str, ...], limits: Limits, *, as_r
                 made.add(parent)
         if not path.startswith("/usr/"):
             argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--"]
-    return argv + inner
+    # /dev/shm is an empty read-only tmpfs: no POSIX shared memory outside the address-space limit.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm",
+             "--chdir", "/tmp"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    return [*argv, "--", *inner]
 
 
-def rlimit_argv(inner: list[str], limits: Limits, *, as_root: bool) -> list[str]:
-    """The rlimit-backend command line (pure): ``prlimit`` then, as root, ``setpriv`` to nobody."""
-    return [*prlimit_argv(limits, PRLIMIT), *(uid_drop_argv() if as_root else []), *inner]
+def rlimit_argv(inner: list[str], limits: Limits, *, as_root: bool, uid: int = NOBODY,
+                nproc: int | None = None) -> list[str]:
+    """The rlimit-backend command line (pure): ``prlimit`` then, as root, ``setpriv`` to ``uid``."""
+    return [*prlimit_argv(limits, PRLIMIT, nproc), *(uid_drop_argv(uid=uid) if as_root else []), *inner]
 
 
 def _too_large(code: str, backend: str) -> ExecutionResult | None:
@@ -114,11 +165,13 @@ class BubblewrapSandbox:
         self.limits = limits or Limits()
         self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
 
-    def argv(self, code: str, limits: Limits, site_packages: bool) -> list[str]:
+    def argv(self, code: str, limits: Limits, site_packages: bool, uid: int | None = None,
+             seccomp_fd: int | None = None) -> list[str]:
         runtime = python_runtime(site_packages)
-        inner = [*prlimit_argv(limits, PRLIMIT), runtime.executable, *runtime.flags, "-c", code]
+        inner = [*prlimit_argv(limits, PRLIMIT, nproc_limit(limits, uid)), runtime.executable, *runtime.flags,
+                 "-c", code]
         return bwrap_argv(inner, runtime.binds, limits, as_root=os.geteuid() == 0,
-                          symlinks=host_symlinks(), bwrap=self.bwrap)
+                          symlinks=host_symlinks(), bwrap=self.bwrap, uid=uid or NOBODY, seccomp_fd=seccomp_fd)
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
                    site_packages: bool = False) -> ExecutionResult:
@@ -126,15 +179,28 @@ class BubblewrapSandbox:
         too_large = _too_large(code, self.name)
         if too_large is not None:
             return too_large
-        return run_command(self.argv(code, limits, site_packages), stdin, dict(SCRUBBED_ENV), limits,
-                           self.name, signal_offset=128)
+        uid = run_uid()
+        read_fd, write_fd = os.pipe()
+        try:
+            if seccomp_supported():
+                os.write(write_fd, filter_program())
+            os.close(write_fd)
+            write_fd = -1
+            argv = self.argv(code, limits, site_packages, uid, read_fd if seccomp_supported() else None)
+            return run_command(argv, stdin, dict(SCRUBBED_ENV), limits, self.name, signal_offset=128,
+                               pass_fds=(read_fd,), uid=uid if uid != NOBODY else None)
+        finally:
+            os.close(read_fd)
+            if write_fd >= 0:
+                os.close(write_fd)
 
 
 class RlimitSandbox:
-    """Weaker fallback: rlimits + scrubbed environment + (as root) uid nobody; no namespaces.
+    """Weaker fallback: rlimits, seccomp, an empty private working directory, a cleared environment
+    and (as root) a per-run uid; no namespaces.
 
-    It does NOT isolate the network or the filesystem: code can connect to local services and
-    read (and, unless running as root→nobody, write) whatever the host user can.
+    It does NOT isolate the network, the host's process list or world-readable files: code can
+    connect to local services and read (and, when not root, write) whatever its user can.
     """
 
     name = "rlimit"
@@ -150,16 +216,21 @@ class RlimitSandbox:
         if too_large is not None:
             return too_large
         runtime = python_runtime(site_packages)
-        as_root = os.geteuid() == 0
+        uid = run_uid()
         workdir = tempfile.mkdtemp(prefix="propel-sbx-")
         try:
-            if as_root:
-                os.chown(workdir, NOBODY, NOBODY)
+            if uid is not None:
+                os.chown(workdir, uid, uid)
             env = {**SCRUBBED_ENV, "HOME": workdir, "TMPDIR": workdir}
-            argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=as_root)
-            return run_command(argv, stdin, env, limits, self.name, cwd=workdir)
+            if seccomp_supported():
+                code = install_preamble() + code
+            argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=uid is not None,
+                               uid=uid or NOBODY, nproc=nproc_limit(limits, uid))
+            return run_command(argv, stdin, env, limits, self.name, cwd=workdir,
+                               uid=uid if uid is not None and uid != NOBODY else None)
         finally:
-            shutil.rmtree(workdir)
+            with contextlib.suppress(OSError):
+                remove_tree(workdir)
 
 
 @functools.lru_cache(maxsize=4)

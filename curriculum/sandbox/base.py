@@ -31,12 +31,14 @@ class Limits:
     memory_mb: int = 1024
     max_procs: int = 16
     file_size_mb: int = 16
+    open_files: int = 64
     tmpfs_mb: int = 64
     stdout_bytes: int = 32 * 1024 * 1024
     stderr_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "memory_mb", "max_procs", "file_size_mb", "tmpfs_mb", "stdout_bytes"):
+        for name in ("cpu_s", "memory_mb", "max_procs", "file_size_mb", "open_files", "tmpfs_mb",
+                     "stdout_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)}")
         if self.wall_s <= 0:

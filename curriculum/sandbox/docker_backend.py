@@ -2,7 +2,7 @@
 
 The container spec is a pure function (:func:`container_spec`) so its isolation is unit-tested
 without an engine: network disabled, read-only root filesystem, a size-limited tmpfs on /tmp,
-memory (no swap) and pids limits, CPU/file-size/process ulimits, all capabilities dropped,
+memory (no swap) and pids limits, CPU/file-size/process/open-file ulimits, all capabilities dropped,
 ``no-new-privileges``, user ``nobody``, and only the scrubbed environment. The code and stdin
 travel base64-encoded in two environment variables read by a tiny stdlib wrapper, because the
 SDK's ``run`` has no stdin; each is capped at :data:`MAX_ENV_PAYLOAD` bytes.
@@ -19,10 +19,12 @@ from curriculum.sandbox.process import Capture, classify
 
 DEFAULT_IMAGE = "python:3.11-slim"
 MAX_ENV_PAYLOAD = 120_000
+#: Reads the code and stdin from the environment. The code variable is kept (not popped) so the
+#: batch fork server can re-execute this wrapper with a fixed hash seed; stdin is popped.
 WRAPPER = (
     "import base64,io,os,sys;"
-    "sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(os.environ.pop('PROPEL_STDIN_B64'))));"
-    "code=base64.b64decode(os.environ.pop('PROPEL_CODE_B64')).decode();"
+    "sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(os.environ.pop('PROPEL_STDIN_B64',''))));"
+    "code=base64.b64decode(os.environ['PROPEL_CODE_B64']).decode();"
     "exec(compile(code,'<sandbox>','exec'),{'__name__':'__main__'})"
 )
 
@@ -55,6 +57,7 @@ def container_spec(code: str, stdin: bytes, limits: Limits, image: str = DEFAULT
             Ulimit(name="cpu", soft=limits.cpu_s, hard=limits.cpu_s + 1),
             Ulimit(name="fsize", soft=limits.file_size_bytes, hard=limits.file_size_bytes),
             Ulimit(name="nproc", soft=limits.max_procs, hard=limits.max_procs),
+            Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
             Ulimit(name="core", soft=0, hard=0),
         ],
         "detach": True,

@@ -1,39 +1,42 @@
-"""Batch harness: runs inside the sandbox (standard library only) and evaluates many programs.
+"""Evaluation of one program inside its sandboxed child process (standard library only).
 
-Protocol. stdin carries one JSON object::
-
-    {"programs": [{"id": str, "code": str, "func": "f", "inputs": ["1, [2, 3]", ...]}, ...],
-     "call_timeout_s": 1.0, "max_output_chars": 1000000, "stop_on_failure": true}
-
-Each input is the text between the parentheses of a call, ``f(<input>)``, made of Python literals.
-For every program the harness executes ``code`` in a fresh namespace (with a private copy of the
-builtins), then calls ``func`` on each input under a per-call wall-clock timer, and writes one JSON
-line per call, one ``program`` line when a program is finished and a final ``done`` line::
+:mod:`curriculum.sandbox.forkserver` forks one fresh child per program (per candidate) from a
+pre-imported parent; the child calls :func:`run_program`, which compiles ``code`` once and then,
+for every input, executes it again in a fresh namespace with a private copy of the builtins (so
+globals, default arguments and closures start fresh for every evaluation), calls ``func`` under a
+per-call wall-clock timer and emits one record per call and a final ``program`` record::
 
     {"kind": "call", "id": ..., "i": 0, "status": "ok", "output": "<canonical repr>", "error": null}
     {"kind": "program", "id": ..., "status": "ok" | "error", "error": ...}
-    {"kind": "done"}
+
+Inputs are evaluated in ``order`` (a permutation of the input indices); ``i`` is always the index
+in ``inputs``. Each input is the text between the parentheses of a call, ``f(<input>)``, made of
+Python literals.
 
 Call statuses: ``ok``, ``error`` (exception, incl. recursion), ``timeout``, ``memory``,
 ``unserialisable`` (not built from None/bool/int/float/complex/str/bytes/list/tuple/dict/set),
 ``output_limit`` (canonical repr longer than ``max_output_chars``; never truncated), ``skipped``
 (not run because an earlier input of the same program failed and ``stop_on_failure`` is set).
 
-Results go to a private duplicate of the original stdout; the code's own ``print`` output goes to
-/dev/null. Code that deliberately introspects the harness could forge result lines; the host only
-trusts lines for the program ids it sent, and a forged line can at most corrupt its own task.
+What is NOT reset between the evaluations of one program (they share the child process): state
+kept in imported modules or other interpreter-wide objects. The determinism check runs every
+program twice, in fresh processes and in opposite orders, and grading repeats the validity run's
+sequence exactly, so such state cannot make grading disagree with the stored outputs.
 """
-
-from __future__ import annotations
 
 import ast
 import builtins
-import json
-import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+
+# Not ``typing``: importing it would grow the sandboxed parent and so every fork. No ``from
+# __future__`` either: the rlimit backend puts its seccomp preamble in front of this source.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    Any = object
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
@@ -82,6 +85,8 @@ def canonical_repr(value: Any, max_chars: int) -> str:
     def walk(v: Any) -> None:
         kind = type(v)
         if kind in _SCALARS:
+            if kind in (str, bytes) and len(v) > budget[0]:  # fail fast, before a huge repr
+                raise OutputTooLarge(f"output longer than {max_chars} characters")
             try:
                 put(repr(v))
             except ValueError as err:
@@ -146,59 +151,52 @@ def run_call(func: Callable[..., Any], src: str, timeout_s: float, max_chars: in
     return {"status": "ok", "output": output, "error": None}
 
 
+def _define(code_obj: Any, func_name: str, timeout_s: float) -> tuple[Any, str | None]:
+    """Execute the compiled code in a fresh namespace; return ``func`` or the reason it failed."""
+    namespace: dict[str, Any] = {"__name__": "__task__", "__builtins__": dict(vars(builtins))}
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            exec(code_obj, namespace)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except CallTimeout:
+        return None, f"defining the code took more than {timeout_s}s"
+    except BaseException as err:  # a failing definition is the program's result
+        return None, f"{type(err).__name__}: {str(err)[:300]}"
+    func = namespace.get(func_name)
+    if not callable(func):
+        return None, f"code does not define a function {func_name!r}"
+    return func, None
+
+
 def run_program(prog: dict[str, Any], timeout_s: float, max_chars: int,
                 emit: Callable[[dict[str, Any]], None], stop_on_failure: bool = True) -> None:
-    """Define ``prog['func']`` from ``prog['code']`` and run it on every input, emitting records.
+    """Define ``prog['func']`` afresh for every input of ``prog['inputs']`` (in ``prog['order']``)
+    and call it, emitting records; never raises for the program's own failures.
 
     With ``stop_on_failure`` the remaining inputs are skipped after the first failing call (their
     records say so), so a looping program costs one call timeout, not one per input.
     """
-    namespace: dict[str, Any] = {"__name__": "__task__", "__builtins__": dict(vars(builtins))}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    inputs = list(prog["inputs"])
+    order = list(prog.get("order") or range(len(inputs)))
+    func_name = str(prog.get("func", "f"))
     error = None
     try:
-        signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        try:
-            exec(compile(prog["code"], "<task>", "exec"), namespace)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        func: Any = namespace.get(prog.get("func", "f"))
-        if not callable(func):
-            error = f"code does not define a function {prog.get('func', 'f')!r}"
-    except CallTimeout:
-        error = f"defining the code took more than {timeout_s}s"
-    except BaseException as err:  # a failing definition is the program's result
+        code_obj = compile(prog["code"], "<task>", "exec")
+    except BaseException as err:  # syntax errors, nesting limits: the program's result
         error = f"{type(err).__name__}: {str(err)[:300]}"
-    if error is None:
-        failed = False
-        for i, src in enumerate(prog["inputs"]):
-            if failed:
-                record = {"status": "skipped", "output": None, "error": "skipped after an earlier failure"}
-            else:
-                record = run_call(func, src, timeout_s, max_chars)
-                failed = stop_on_failure and record["status"] != "ok"
-            emit({"kind": "call", "id": prog["id"], "i": i, **record})
+    failed = False
+    for i in order if error is None else []:
+        if failed:
+            emit({"kind": "call", "id": prog["id"], "i": i, "status": "skipped", "output": None,
+                  "error": "skipped after an earlier failure"})
+            continue
+        func, error = _define(code_obj, func_name, timeout_s)
+        if error is not None:
+            break
+        record = run_call(func, inputs[i], timeout_s, max_chars)
+        failed = stop_on_failure and record["status"] != "ok"
+        emit({"kind": "call", "id": prog["id"], "i": i, **record})
     emit({"kind": "program", "id": prog["id"], "status": "error" if error else "ok", "error": error})
-
-
-def main() -> None:
-    payload = json.loads(sys.stdin.buffer.read())
-    sys.stdin.close()
-    result_fd = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    signal.signal(signal.SIGALRM, _on_alarm)
-
-    def emit(record: dict[str, Any]) -> None:
-        data = memoryview((json.dumps(record) + "\n").encode())
-        while data:
-            data = data[os.write(result_fd, data):]
-
-    for prog in payload["programs"]:
-        run_program(prog, float(payload.get("call_timeout_s", 1.0)),
-                    int(payload.get("max_output_chars", 1_000_000)), emit,
-                    bool(payload.get("stop_on_failure", True)))
-    emit({"kind": "done"})
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,14 @@
-"""Run one sandboxed command: capped pipes, wall-clock deadline, whole process group killed.
+"""Run one sandboxed command: capped pipes, wall-clock deadline, every process of the run killed.
 
 Shared by the bubblewrap and rlimit backends. Resource limits are applied by the command line
 itself (``prlimit``), not with ``preexec_fn``, so runs may be started from several threads.
+
+After every run the process group is SIGKILLed and, when the run had its own uid
+(:func:`curriculum.sandbox.backends.run_uid`, as root), every process of that uid is SIGKILLed too
+(so children that left the process group with ``setsid`` die with the run) and the entries that uid
+left in the shared temp dirs (/tmp, /var/tmp, /dev/shm) are removed. Without a per-run uid (not
+root), escaped children of the rlimit backend are not found: bubblewrap's pid namespace is what
+ends them there.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
@@ -26,14 +34,16 @@ class Capture:
     timed_out: bool = False
 
 
-def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]:
-    """``prlimit`` prefix applying CPU seconds, address space, processes and file size limits."""
+def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit", nproc: int | None = None) -> list[str]:
+    """``prlimit`` prefix applying CPU seconds, address space, processes, file size and open-file
+    limits; ``nproc`` overrides ``limits.max_procs`` (RLIMIT_NPROC counts every process of the uid)."""
     return [
         prlimit,
         f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
         f"--as={limits.memory_bytes}",
-        f"--nproc={limits.max_procs}",
+        f"--nproc={nproc if nproc is not None else limits.max_procs}",
         f"--fsize={limits.file_size_bytes}",
+        f"--nofile={limits.open_files}",
         "--core=0",
         "--",
     ]
@@ -42,6 +52,76 @@ def prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Live (not zombie) pids whose real uid is ``uid``, from /proc/PID/status (readable even for
+    non-dumpable processes)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                for line in fh:
+                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                        break
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_uid(uid: int, rounds: int = 200) -> int:
+    """SIGKILL every process of ``uid`` until none is left (a fork bomb is bounded by RLIMIT_NPROC);
+    returns how many were signalled."""
+    killed = 0
+    for _ in range(rounds):
+        pids = processes_of_uid(uid)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(pids)
+        time.sleep(0.001)
+    return killed
+
+
+def remove_files_of_uid(uid: int, dirs: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")) -> list[str]:
+    """Remove the entries owned by ``uid`` directly inside the shared temp ``dirs``; returns them."""
+    removed = []
+    for base in dirs:
+        try:
+            entries = list(os.scandir(base))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            remove_tree(entry.path)
+            removed.append(entry.path)
+    return removed
+
+
+def remove_tree(path: str) -> None:
+    """``rm -rf`` that also handles directories made unwritable or nested too deep for rmtree."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError):
+        subprocess.run(["/usr/bin/chmod", "-R", "u+rwx", "--", path], check=False, capture_output=True)
+        subprocess.run(["/usr/bin/rm", "-rf", "--one-file-system", "--", path], check=False, capture_output=True)
 
 
 def _pump(proc: subprocess.Popen[bytes], stdin: bytes, limits: Limits, deadline: float) -> Capture:
@@ -127,16 +207,18 @@ def _drain(proc: subprocess.Popen[bytes], cap: Capture, limits: Limits) -> None:
 
 
 def run_command(argv: list[str], stdin: bytes, env: dict[str, str], limits: Limits, backend: str,
-                cwd: str | None = None, signal_offset: int = 0) -> ExecutionResult:
-    """Run ``argv`` in a new session; always returns a result, never leaves the group running.
+                cwd: str | None = None, signal_offset: int = 0, pass_fds: tuple[int, ...] = (),
+                uid: int | None = None) -> ExecutionResult:
+    """Run ``argv`` in a new session; always returns a result, never leaves a process running.
 
     ``signal_offset``: wrappers such as bwrap report a child killed by signal N as exit code
     ``signal_offset + N`` (bwrap: 128); 0 means only negative return codes are signals.
+    ``uid``: the run's own uid; all its processes are killed and its temp files removed afterwards.
     """
     started = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
+                                env=env, cwd=cwd, start_new_session=True, close_fds=True, pass_fds=pass_fds)
     except OSError as err:
         return ExecutionResult("error", "", "", None, 0.0, 0.0, f"could not start sandbox: {err}", backend,
                                {"infra": True})
@@ -144,7 +226,11 @@ def run_command(argv: list[str], stdin: bytes, env: dict[str, str], limits: Limi
         cap = _pump(proc, stdin, limits, started + limits.wall_s)
     finally:
         _kill_group(proc.pid)
+        if uid is not None:
+            kill_uid(uid)
         _, status, usage = os.wait4(proc.pid, 0)
+        if uid is not None:
+            remove_files_of_uid(uid)
         proc.returncode = os.waitstatus_to_exitcode(status)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:

@@ -1,4 +1,5 @@
-"""Solver backends: ``openai`` (vLLM/SGLang/`transformers serve`), ``hf`` (in-process), ``synthetic``."""
+"""Solver backends: ``openai`` (vLLM/SGLang/`transformers serve`), ``hf`` (in-process), ``synthetic``
+(arith) and ``synthetic-swe`` (the SWE domain's benchmark solver)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ def build_solver(backend: str, *, model: str | None = None, base_url: str | None
         from curriculum.solvers.synthetic import SyntheticArithSolver
 
         solver = SyntheticArithSolver(seed=seed, **(options or {}))
+    elif backend == "synthetic-swe":
+        from curriculum.domains.swe.synthetic import SyntheticSweSolver
+
+        solver = SyntheticSweSolver(seed=seed, **(options or {}))
     else:
-        raise ValueError(f"unknown solver backend {backend!r}: use openai, hf or synthetic")
+        raise ValueError(f"unknown solver backend {backend!r}: use openai, hf, synthetic or synthetic-swe")
     return DelayedSolver(solver, artificial_latency_s) if artificial_latency_s > 0 else solver

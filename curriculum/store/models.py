@@ -21,6 +21,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -132,14 +133,34 @@ class ProbeRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ProbeEnsembleRow(Base):
+    """A probe ensemble exactly as it scored tasks: combine rule, members and aux constraints.
+
+    ``key`` (``ens-`` + 16 hex of a sha256 over the combine rule and every member's and constraint's
+    artifact address) is the id emitted messages carry as ``provenance.probe_ensemble_id``;
+    ``members``/``aux`` list ``{"probe_id", "name", "artifact_uri", "sha256"}`` (``sha256`` is the
+    content address of the artifact, null for artifacts stored before content addressing).
+    """
+
+    __tablename__ = "probe_ensembles"
+    __table_args__ = (UniqueConstraint("run_id", "key"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(64))
+    combine: Mapped[str] = mapped_column(String(8))
+    members: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    aux: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ProbeScore(Base):
-    """A probe's logit and probability for a task."""
+    """The logit and probability an ensemble (members + aux constraints) gave a task."""
 
     __tablename__ = "probe_scores"
-    __table_args__ = (UniqueConstraint("task_id", "probe_id"),)
+    __table_args__ = (UniqueConstraint("task_id", "ensemble_id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id", ondelete="CASCADE"), index=True)
+    ensemble_id: Mapped[int] = mapped_column(ForeignKey("probe_ensembles.id", ondelete="CASCADE"), index=True)
     logit: Mapped[float] = mapped_column(Float)
     probability: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -237,16 +258,20 @@ class DriftMeasurement(Base):
 
 
 class FalsePositive(Base):
-    """A valid task a probe scored as frontier whose real solve count fell outside the band."""
+    """A valid task an ensemble scored as frontier whose real solve count fell outside the band.
+
+    The aux-probe retrain reads its negatives from here and marks them ``consumed`` once its probe
+    is active; unconsumed rows are what triggers the next retrain.
+    """
 
     __tablename__ = "false_positives"
     __table_args__ = (
-        UniqueConstraint("task_id", "probe_id"),
+        UniqueConstraint("task_id", "ensemble_id"),
         CheckConstraint("side IN ('too_easy', 'too_hard')", name="side"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id", ondelete="CASCADE"), index=True)
+    ensemble_id: Mapped[int] = mapped_column(ForeignKey("probe_ensembles.id", ondelete="CASCADE"), index=True)
     side: Mapped[str] = mapped_column(String(16))
     solved: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer)
@@ -279,7 +304,11 @@ class RetrainJob(Base):
 
 
 class GeneratorCheckpoint(Base):
-    """A saved LoRA adapter (plus optimizer/RNG state) at a global RL step."""
+    """A committed RL checkpoint (LoRA adapter, optimizer, scheduler, RNG, trainer state) at a global step.
+
+    ``artifact_uri`` is the checkpoint directory in the artifact store (``cas://sha256/…``): a leader
+    whose run directory lacks the checkpoint (another machine after a failover) restores it from here.
+    """
 
     __tablename__ = "generator_checkpoints"
     __table_args__ = (UniqueConstraint("run_id", "step"),)
@@ -287,7 +316,17 @@ class GeneratorCheckpoint(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
     adapter_hash: Mapped[str] = mapped_column(String(128))
-    path: Mapped[str] = mapped_column(Text)
+    artifact_uri: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Artifact(Base):
+    """A content-addressed blob (the database backend of :mod:`curriculum.artifacts`)."""
+
+    __tablename__ = "artifacts"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -16,19 +16,16 @@ from sqlalchemy.orm import Session
 
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import (
-    FP_SIDES,
     LABEL_SOURCES,
     PROBE_ROLES,
     TRIAL_OUTCOMES,
     AlertRow,
     Base,
     DaemonState,
-    FalsePositive,
     GeneratorCheckpoint,
     Label,
     MetricPoint,
     ProbeRow,
-    ProbeScore,
     QueueItem,
     Run,
     SolverTrial,
@@ -95,14 +92,6 @@ def add_tasks(sess: Session, run_id: int | None, tasks: Sequence[NewTask]) -> li
     return [ids[(t.domain, t.content_hash)] for t in tasks]
 
 
-def record_probe_scores(sess: Session, probe_id: int, scores: Iterable[tuple[int, float, float]]) -> int:
-    """Store ``(task_id, logit, probability)`` for a probe; re-scoring a task is a no-op."""
-    now = utcnow()
-    rows = [{"task_id": t, "probe_id": probe_id, "logit": float(lg), "probability": float(p),
-             "created_at": now} for t, lg, p in scores]
-    return insert_ignore(sess, ProbeScore, rows, ["task_id", "probe_id"])
-
-
 def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
     """Insert solver trials idempotently on ``(task, solver, attempt)``; returns rows inserted."""
     for t in trials:
@@ -126,6 +115,12 @@ def _name_version(solver_id: str) -> dict[str, str]:
     return {"solver_name": name, "solver_version": version}
 
 
+def trial_count(sess: Session, run_id: int) -> int:
+    """Solver trials stored for the run's tasks (every solver)."""
+    q = select(func.count()).select_from(SolverTrial).join(TaskRow, TaskRow.id == SolverTrial.task_id)
+    return int(sess.execute(q.where(TaskRow.run_id == run_id)).scalar_one())
+
+
 def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
                  valid_trials: int, band: tuple[int, int], in_band: bool | None, errors: int = 0,
                  sampling: Mapping[str, Any] | None = None) -> None:
@@ -141,17 +136,6 @@ def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k:
     inserted = insert_ignore(sess, Label, [values_new], list(key))
     if not inserted:
         sess.execute(update(Label).where(*[getattr(Label, c) == v for c, v in key.items()]).values(**values))
-
-
-def add_false_positives(sess: Session, probe_id: int, rows: Iterable[tuple[int, str, int, int, float]]) -> int:
-    """Record ``(task_id, side, solved, k, score)`` false positives of a probe; idempotent."""
-    out = []
-    for task_id, side, solved, k, score in rows:
-        if side not in FP_SIDES:
-            raise ValueError(f"false-positive side must be one of {FP_SIDES}, got {side!r}")
-        out.append({"task_id": task_id, "probe_id": probe_id, "side": side, "solved": solved, "k": k,
-                    "score": score, "consumed": False, "created_at": utcnow()})
-    return insert_ignore(sess, FalsePositive, out, ["task_id", "probe_id"])
 
 
 def register_probe(sess: Session, name: str, role: str, artifact_uri: str, reference_fingerprint: str,
@@ -183,14 +167,15 @@ def active_probes(sess: Session, run_id: int | None = None) -> list[ProbeRow]:
 
 
 def primary_probe_id(sess: Session, run_id: int | None = None) -> int | None:
-    """The first active primary probe (whose scores the driver stores and mines false positives of)."""
+    """The first active primary probe of ``run_id``."""
     ids = [p.id for p in active_probes(sess, run_id) if p.role == "primary"]
     return ids[0] if ids else None
 
 
-def add_checkpoint(sess: Session, run_id: int, step: int, adapter_hash: str, path: str) -> None:
+def add_checkpoint(sess: Session, run_id: int, step: int, adapter_hash: str, artifact_uri: str) -> None:
+    """Record a committed RL checkpoint (its tree in the artifact store); idempotent on ``(run, step)``."""
     insert_ignore(sess, GeneratorCheckpoint, [{
-        "run_id": run_id, "step": step, "adapter_hash": adapter_hash, "path": path,
+        "run_id": run_id, "step": step, "adapter_hash": adapter_hash, "artifact_uri": artifact_uri,
         "created_at": utcnow()}], ["run_id", "step"])
 
 

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from curriculum.domains.base import available_domains
-
-
-def _default_data_dir() -> Path:
-    return Path(os.environ.get("PROPEL_DATA_DIR", "data"))
+from daemon.cli.common import get_config
 
 
 @click.command("bootstrap")
 @click.argument("domain")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where models are cached (default: $PROPEL_DATA_DIR or ./data).")
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps (default: recipe).")
+              help="Where models are cached (default: the config's data_dir, i.e. $PROPEL_DATA_DIR or ./.propel, "
+                   "the same cache `propel run` uses).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps (default: generator.bootstrap_steps of the config, else the recipe).")
 @click.option("--force", is_flag=True, help="Retrain even if a cached model with these settings exists.")
-def bootstrap(domain: str, data_dir: Path | None, steps: int | None, force: bool) -> None:
-    """Pretrain (or reuse) the tiny generator for DOMAIN and report its measured validity."""
+@click.pass_context
+def bootstrap(ctx: click.Context, domain: str, data_dir: Path | None, steps: int | None, force: bool) -> None:
+    """Pretrain (or reuse) the tiny generator for DOMAIN and report its measured validity.
+
+    It caches where `propel run` looks, so a bootstrap done ahead of time is reused by the daemon.
+    """
     from curriculum.bootstrap import BOOTSTRAP_DOMAINS
     from curriculum.bootstrap import bootstrap as run_bootstrap
 
@@ -31,7 +33,9 @@ def bootstrap(domain: str, data_dir: Path | None, steps: int | None, force: bool
             f"no bootstrap for domain {domain!r}; bootstrappable: {', '.join(BOOTSTRAP_DOMAINS)} "
             f"(known domains: {known})"
         )
-    result = run_bootstrap(domain, data_dir or _default_data_dir(), steps=steps, force=force)
+    cfg = get_config(ctx)
+    result = run_bootstrap(domain, data_dir or Path(cfg.data_dir), steps=steps or cfg.generator.bootstrap_steps,
+                           force=force)
     state = "reused cached model" if result.reused else f"trained in {result.train_s:.0f}s"
     click.echo(f"{domain}: {state}, {result.n_params:,} parameters")
     click.echo(f"model: {result.path}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 
 import click
 
@@ -34,7 +33,7 @@ def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None,
     cfg = _cfg(ctx)
     if cycles is not None and until_cycle is not None:
         raise click.UsageError("use --cycles or --until-cycle, not both")
-    progress = Progress()
+    progress = Progress(json_mode=ctx.ensure_object(dict).get("log_format") == "json")
     code = run(cfg, cycles=cycles, until_cycle=until_cycle, serve_api=cfg.daemon.serve_api and not no_api,
                progress=progress)
     sys.exit(code)
@@ -43,22 +42,25 @@ def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None,
 @click.command("serve")
 @click.pass_context
 def serve_command(ctx: click.Context) -> None:
-    """Serve the HTTP API (queue, status, metrics, dashboard) without driving cycles.
+    """Serve the HTTP API (queue, status, health, metrics, dashboard) without driving cycles.
 
     For draining the queue while no daemon runs, or for serving consumers from a separate process.
+    /metrics shows the same propel_ series as the daemon's own API, read back from the store.
     """
     import uvicorn
+    from sqlalchemy import text
 
-    from curriculum.store.db import Store
-    from daemon.http.api import ApiContext, create_app
+    from daemon.http.store_metrics import StoreMetrics
+    from daemon.ops.metrics import build_metrics
+    from daemon.service.api_app import build_api_app
+    from daemon.service.settings import build_store
 
     cfg = _cfg(ctx)
-    store = Store(cfg.database_url)
-    sc = cfg.spotcheck
-    app = create_app(ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token,
-                                max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
-                                heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes))
-    app.state.alert_rules = cfg.alerts.rules
+    store = build_store(cfg)
+    with store.session() as s:  # an unreachable store fails now, in one line (the root group words it)
+        s.execute(text("SELECT 1"))
+    metrics = build_metrics()
+    app = build_api_app(cfg, store, metrics, refresh_metrics=StoreMetrics(store, cfg.run_name, metrics).refresh)
     click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
     try:
         uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning")
@@ -68,31 +70,33 @@ def serve_command(ctx: click.Context) -> None:
 
 @click.command("check")
 @click.option("--max-age-s", type=float, default=None, help="heartbeat age limit (default: daemon.heartbeat_stale_s)")
+@click.option("--no-api", is_flag=True, help="do not require the HTTP API to answer (default: required when "
+              "daemon.serve_api is on)")
+@click.option("--sandbox", "show_sandbox", is_flag=True,
+              help="also print what the sandbox backend of this host contains and what it lacks")
 @click.pass_context
-def check_command(ctx: click.Context, max_age_s: float | None) -> None:
-    """Exit 0 when the run's daemon heartbeat is fresh, 1 otherwise (for container health checks)."""
-    from sqlalchemy import select
+def check_command(ctx: click.Context, max_age_s: float | None, no_api: bool, show_sandbox: bool) -> None:
+    """Exit 0 when the run's daemon is live, 1 with the reasons otherwise (for container health checks).
 
-    from curriculum.store.db import Store
-    from curriculum.store.models import DaemonState, Run
+    Live: the store answers, the heartbeat is younger than daemon.heartbeat_stale_s (30 s by default),
+    a leader holds the run, the API answers /healthz (when daemon.serve_api) and the broker accepts a
+    connection (when broker.url is set). Degraded reasons are printed but do not fail the check.
+    --sandbox prints the containment of the sandbox backend generated code runs in (the rlimit
+    fallback, used where bubblewrap is missing, lacks namespaces: it is listed line by line).
+    """
+    from daemon.service.health_check import check_live
 
     cfg = _cfg(ctx)
+    if show_sandbox:
+        from curriculum.sandbox.backends import get_sandbox
+        from curriculum.sandbox.containment import format_containment
+
+        click.echo(format_containment(get_sandbox(str(cfg.domain.options.get("sandbox", "auto")))))
     limit = max_age_s if max_age_s is not None else cfg.daemon.heartbeat_stale_s
-    store = Store(cfg.database_url)
-    try:
-        with store.session() as s:
-            beat = s.scalars(select(DaemonState.heartbeat_at).join(Run, Run.id == DaemonState.run_id)
-                             .where(Run.name == cfg.run_name)).first()
-    except Exception as err:  # any store failure is "unhealthy", with the reason
-        click.echo(f"unhealthy: store {mask_url(cfg.database_url)} unreachable: {str(err).splitlines()[0]}", err=True)
+    result = check_live(cfg, limit, require_api=cfg.daemon.serve_api and not no_api)
+    for line in result.degraded:
+        click.echo(f"degraded: {line}", err=True)
+    if result.problems:
+        click.echo("unhealthy: " + "; ".join(result.problems), err=True)
         sys.exit(1)
-    finally:
-        store.dispose()
-    if beat is None:
-        click.echo(f"unhealthy: run {cfg.run_name!r} has no heartbeat (never started?)", err=True)
-        sys.exit(1)
-    age = (datetime.now(UTC) - beat).total_seconds()
-    if age > limit:
-        click.echo(f"unhealthy: last heartbeat {age:.0f} s ago (limit {limit:.0f} s)", err=True)
-        sys.exit(1)
-    click.echo(f"healthy: heartbeat {age:.1f} s ago")
+    click.echo(f"healthy: {result.summary}")

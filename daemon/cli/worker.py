@@ -24,9 +24,9 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
     It consumes ``propel.<run_name>.spotcheck`` (solver attempts with the configured solver) and
     ``propel.<run_name>.retrain`` (aux-probe training on the frozen reference) on broker.url; use
     --queues to split them, e.g. retrain workers on a GPU host and spot-check workers elsewhere.
-    Needs broker.url, a shared store (PostgreSQL) and, for retrains, data_dir on storage the daemon
-    shares (probe artifacts are written there). A worker killed mid-task leaves its message to be
-    redelivered; the re-run only writes what is missing.
+    Needs broker.url and the shared store (PostgreSQL) — no shared filesystem: the reference model and
+    the trained probes travel through the artifact store (artifacts.url, the database by default).
+    A worker killed mid-task leaves its message to be redelivered; the re-run only writes what is missing.
     """
     from daemon.cli.common import get_config
     from workers import runtime
@@ -35,10 +35,16 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
     wanted = [k.strip() for k in kinds.split(",") if k.strip()]
     if not wanted or set(wanted) - set(JOB_KINDS):
         raise click.BadParameter(f"{kinds!r}: choose from {', '.join(JOB_KINDS)}", param_hint="--queues")
+    from kombu import Connection
+
     cfg = get_config(ctx)
     settings = worker_settings(cfg)
+    with Connection(settings.broker_url, connect_timeout=5) as conn:  # unreachable: one line, not a retry loop
+        conn.ensure_connection(max_retries=1, timeout=5)
     runtime.configure(settings)
     app = configure_app(settings)
+    if "retrain" in wanted:
+        runtime.preload_model_libraries()  # once, before the pool forks: not inside the first job's time limit
     queues = ",".join(queue_name(cfg.run_name, k) for k in wanted)
     n = concurrency or cfg.broker.worker_concurrency
     app.worker_main(argv=["worker", f"--loglevel={loglevel}", f"--concurrency={n}", f"--queues={queues}",

@@ -10,8 +10,9 @@ spot-check labels (:mod:`curriculum.frontier_labels`). ``/v1/solvers/...`` annou
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
@@ -19,17 +20,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum import frontier_labels, solver_versions
-from curriculum.frontier_view import frontier_summary
-from curriculum.spotcheck import Band
-from curriculum.store import queue, repo
-from curriculum.store.db import Store
-from curriculum.store.models import DaemonState, Run
+from curriculum.store import queue
+from curriculum.store.db import Store, StoreError
+from daemon.config import mask_secrets
 from daemon.http.fields import Text, VersionText
+from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
+from probes.band import Band
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -52,6 +54,7 @@ class ApiContext:
     def label_band(self) -> Band:
         """The run's band rule for trainer outcomes (``min_valid_trials`` capped at ``k``)."""
         return Band(self.k, self.band[0], self.band[1], min(self.min_valid_trials, self.k))
+    refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
 
 
 class LeaseRequest(BaseModel):
@@ -248,41 +251,33 @@ def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -
 
 def _status_routes(app: FastAPI) -> None:
     @app.get("/v1/status", tags=["status"])
-    def status(ctx: Ctx) -> dict[str, Any]:
-        """Daemon phase, cycle, heartbeat, leader, counters, queue depth, active probes."""
-        return daemon_status(ctx.store, ctx.run_name)
+    def status(ctx: Ctx) -> Any:
+        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes
+        (503 with the reason when the store does not answer)."""
+        try:
+            return daemon_status(ctx.store, ctx.run_name)
+        except (SQLAlchemyError, StoreError) as err:
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
+            return JSONResponse({"detail": f"store unreachable: {reason}"}, status_code=503)
 
     @app.get("/healthz", tags=["status"])
     def healthz(ctx: Ctx) -> JSONResponse:
-        """200 when the store answers and the daemon's heartbeat is fresh, else 503."""
-        info = daemon_status(ctx.store, ctx.run_name, frontier=False)
-        beat = info.get("heartbeat_at")
-        fresh = beat is not None and datetime.fromisoformat(beat) > datetime.now(UTC) - timedelta(
-            seconds=ctx.heartbeat_stale_s)
-        return JSONResponse({"ok": fresh, "heartbeat_at": beat}, status_code=200 if fresh else 503)
+        """200 when the store answers, the daemon's heartbeat is fresh and a leader holds the run; else 503
+        with the reasons. Degraded reasons are listed but do not fail the check (the daemon is alive)."""
+        try:
+            info = daemon_status(ctx.store, ctx.run_name, frontier=False)
+        except (SQLAlchemyError, StoreError) as err:  # the store is down: that is the answer, not a 500
+            reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
+            return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)
+        problems = live_problems(info, datetime.now(UTC), ctx.heartbeat_stale_s)
+        body = {"ok": not problems, "problems": problems, "heartbeat_at": info["heartbeat_at"],
+                "heartbeat_age_s": info["heartbeat_age_s"], "heartbeat_stale_s": ctx.heartbeat_stale_s,
+                "leader": info["leader"], "phase": info["phase"], "cycle": info["cycle"], "degraded": info["degraded"]}
+        return JSONResponse(body, status_code=200 if not problems else 503)
 
     @app.get("/metrics", tags=["status"])
     def metrics(ctx: Ctx) -> Response:
         """Prometheus exposition of the ``propel_`` metrics."""
+        if ctx.refresh_metrics is not None:  # `propel serve`: read what the daemon stored
+            ctx.refresh_metrics()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run (``frontier``: the per-version view,
-    which reads the run's labels — health checks skip it)."""
-    from sqlalchemy import select
-
-    with store.session() as s:
-        run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
-        state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
-        active = repo.active_probes(s, run_id) if run_id else []
-        probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
-        versions = frontier_summary(s, run_id) if frontier else None
-    return {
-        "run": run_name, "phase": state.phase if state else None, "cycle": state.cycle if state else 0,
-        "counters": dict(state.counters) if state else {},
-        "heartbeat_at": state.heartbeat_at.isoformat() if state and state.heartbeat_at else None,
-        "leader": state.leader_id if state else None, "queue": depths, "active_probes": probes,
-        **({"frontier": versions} if frontier else {}),
-    }

@@ -30,12 +30,14 @@ from matplotlib import rc_context
 from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from curriculum.frontier_view import frontier_summary
-from curriculum.store.db import Store
+from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
-from daemon.config import mask_url
+from daemon.config import mask_secrets, mask_url
 from daemon.http import frontier_panel
+from daemon.http.dashboard_status import STATUS_CSS, StatusPanel, collect_status, render_status, status_json
 from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule
 from daemon.ops.metrics import QUEUE_STATES
 from daemon.ops.replay import AlertInterval, UnknownRunError, find_run, load_history, plot_metric, stored_intervals
@@ -49,6 +51,24 @@ PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("probe_precision", "false_positive_rate", "spotcheck_utility", "solver_budget_used")),
     ("throughput", "Throughput", ("emitted", "solver_trials", "queue_ready")),
 )
+#: metric → (y-axis unit, what one point is). Levels and per-cycle values are not cumulative; the
+#: solver-trial count is a rolling one-hour window (it falls as old trials age out).
+UNITS: dict[str, tuple[str, str]] = {
+    "top_topic_share": ("share of valid tasks (0–1)", "per cycle"),
+    "distinct3": ("unique / total 3-grams (0–1)", "per cycle"),
+    "self_bleu3": ("Self-BLEU-3 (0–1)", "per cycle"),
+    "validity": ("share of samples (0–1)", "per cycle"),
+    "reward_mean": ("reward (probe logit)", "per cycle"),
+    "reward_var": ("reward variance (RVP)", "per cycle"),
+    "probe_precision": ("share of probe-high (0–1)", "per cycle"),
+    "false_positive_rate": ("share of probe-high (0–1)", "per cycle"),
+    "spotcheck_utility": ("share in band (0–1)", "per cycle"),
+    "solver_budget_used": ("share of hourly budget", "rolling 1 h"),
+    "emitted": ("tasks", "per cycle, not cumulative"),
+    "solver_trials": ("solver attempts", "rolling 1 h, not cumulative"),
+    "queue_ready": ("ready tasks", "level after the cycle"),
+}
+RECENT_PROBE_CHANGES = 10
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
 _SEVERITY_COLOURS = {"critical": "tab:red", "warning": "tab:orange", "info": "tab:blue"}
 
@@ -66,15 +86,17 @@ class DashboardData:
     probes: list[dict[str, Any]] = field(default_factory=list)
     spotcheck: list[dict[str, int]] = field(default_factory=list)
     frontier: dict[str, Any] = field(default_factory=dict)  # per solver version: labels, drift, champion
+    status: StatusPanel = field(default_factory=StatusPanel)
 
     @property
     def last_cycle(self) -> int | None:
         return max(self.history) if self.history else None
 
 
-def collect(store: Store, run_name: str) -> DashboardData:
+def collect(store: Store, run_name: str, stale_s: float = 30.0, budget_per_hour: int | None = None) -> DashboardData:
     """Read the dashboard's data for ``run_name`` (an unknown run gives an empty page, not an error)."""
     data = DashboardData(run_name=run_name, store_url=mask_url(store.url))
+    data.status = collect_status(store, run_name, stale_s, budget_per_hour, {})
     try:
         data.run_id = find_run(store, run_name)
     except UnknownRunError:
@@ -89,6 +111,7 @@ def collect(store: Store, run_name: str) -> DashboardData:
                                                             .order_by(ProbeRow.created_at))]
         data.spotcheck = _spotcheck_by_cycle(sess, data.run_id)
         data.frontier = frontier_summary(sess, data.run_id)
+    data.status = collect_status(store, run_name, stale_s, budget_per_hour, data.history)
     return data
 
 
@@ -118,7 +141,7 @@ def data_json(data: DashboardData) -> dict[str, Any]:
         "last_cycle": data.last_cycle, "cycles": sorted(data.history),
         "metrics": {n: [[c, v[n]] for c, v in sorted(data.history.items()) if n in v] for n in names},
         "alerts": [asdict(a) for a in data.alerts], "queue": data.queue, "probes": data.probes,
-        "spotcheck": data.spotcheck, "frontier": data.frontier,
+        "spotcheck": data.spotcheck, "frontier": data.frontier, "status": status_json(data.status),
     }
 
 
@@ -144,7 +167,9 @@ def metrics_svg(data: DashboardData, names: Sequence[str], rules: Sequence[Alert
     for ax, name in zip(axes, names, strict=True):
         if any(name in v for v in data.history.values()):
             plot_metric(ax, data.history, name, rules, data.alerts, data.alerts)
-            ax.set_title(name, fontsize=10)
+            unit, kind = UNITS.get(name, ("value", "per cycle"))
+            ax.set_title(f"{name} ({kind})", fontsize=10)
+            ax.set_ylabel(unit, fontsize=8)
             ax.set_xlabel("cycle")
         else:
             _empty(ax, f"{name}: no data yet")
@@ -180,13 +205,15 @@ def queue_svg(data: DashboardData) -> str:
     if cycles:
         left.plot(cycles, [data.history[c]["queue_ready"] for c in cycles], color="tab:blue", marker=".")
         left.set_xlabel("cycle")
-        left.set_title("queue_ready (ready rows after each cycle)", fontsize=10)
+        left.set_title("queue_ready (level after each cycle, not cumulative)", fontsize=10)
+        left.set_ylabel("ready tasks", fontsize=8)
         left.grid(alpha=0.3)
     else:
         _empty(left, "queue_ready: no data yet")
     right.bar(list(data.queue) or list(QUEUE_STATES), [data.queue.get(s, 0) for s in data.queue or QUEUE_STATES],
               color=["tab:green", "tab:blue", "tab:gray", "tab:red"])
     right.set_title("queue depth by state (now)", fontsize=10)
+    right.set_ylabel("tasks", fontsize=8)
     return _svg(fig)
 
 
@@ -266,6 +293,23 @@ def _alerts_table(alerts: Sequence[AlertInterval], limit: int = 200) -> str:
                    "mitigation"), rows, "alert-row", "no alert has fired", attrs)
 
 
+def _probe_tables(data: DashboardData) -> str:
+    """The active probes, then the last few registrations (not one row per cycle forever)."""
+    def row(p: dict[str, Any]) -> tuple[Any, ...]:
+        return (p["name"], p["role"], "yes" if p["active"] else "", p["created_at"],
+                ", ".join(f"{k}={v:.3g}" for k, v in p["metrics"].items()))
+
+    headers = ("probe", "role", "active", "created", "metrics")
+    active = [row(p) for p in data.probes if p["active"]]
+    recent = [row(p) for p in sorted(data.probes, key=lambda p: (p["created_at"], p["id"]),
+                                     reverse=True)[:RECENT_PROBE_CHANGES]]
+    older = max(0, len(data.probes) - RECENT_PROBE_CHANGES)
+    return ("<h3>Active probes</h3>" + _table(headers, active, "probe-row active-probe", "no active probe")
+            + f"<h3>Last {RECENT_PROBE_CHANGES} probe changes (newest first)</h3>"
+            + _table(headers, recent, "probe-row probe-change", "no probe registered")
+            + (f'<p class="meta">{older:,} older probe version(s) in data.json</p>' if older else ""))
+
+
 def render_page(data: DashboardData, rules: Sequence[AlertRule]) -> str:
     """The whole dashboard as one HTML document."""
     esc = html.escape
@@ -273,6 +317,7 @@ def render_page(data: DashboardData, rules: Sequence[AlertRule]) -> str:
     parts = [f"<h1>propel — run {esc(data.run_name)}</h1>",
              f'<div class="meta">store {esc(data.store_url)} · last cycle {data.last_cycle} · '
              f"{open_n} open alert(s) · rendered {datetime.now(UTC).isoformat(timespec='seconds')}</div>"]
+    parts.append(STATUS_SLOT)
     if data.run_id is None:
         parts.append(f'<p class="empty">run {esc(data.run_name)!s} has not started yet: no metrics stored.</p>')
     parts.append('<section id="alerts"><h2>Alerts</h2>' + _alerts_table(data.alerts) + "</section>")
@@ -282,14 +327,11 @@ def render_page(data: DashboardData, rules: Sequence[AlertRule]) -> str:
     parts.append(_figure("queue", "Queue depth", queue_svg(data)))
     parts.append(_figure("spotcheck", "Spot-check outcomes", spotcheck_svg(data)))
     parts.append(frontier_panel.section_html(data.frontier))
-    probe_rows = [(p["name"], p["role"], "yes" if p["active"] else "", p["created_at"],
-                   ", ".join(f"{k}={v:.3g}" for k, v in p["metrics"].items())) for p in data.probes]
-    parts.append(_figure("probes", "Probe versions", probes_svg(data))
-                 .replace("</section>", _table(("probe", "role", "active", "created", "metrics"), probe_rows,
-                                               "probe-row", "no probe registered") + "</section>"))
+    parts.append(_figure("probes", "Probe versions", probes_svg(data)).replace("</section>", _probe_tables(data)
+                                                                                  + "</section>"))
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta http-equiv="refresh" content="30">'
-            f"<title>propel dashboard — {esc(data.run_name)}</title><style>{_CSS}</style></head><body>"
+            f"<title>propel dashboard — {esc(data.run_name)}</title><style>{_CSS}{STATUS_CSS}</style></head><body>"
             + "\n".join(parts) + '<p class="meta"><a href="/dashboard/data.json">data.json</a></p></body></html>')
 
 
@@ -298,40 +340,65 @@ def _figure(section_id: str, title: str, svg: str) -> str:
             f'<figure class="plot" data-plot="{section_id}">{svg}</figure></section>')
 
 
-def _state(request: Request) -> tuple[Store, str, Sequence[AlertRule]]:
+STATUS_SLOT = "<!--propel-status-->"
+
+
+def _state(request: Request) -> tuple[Store, str, Sequence[AlertRule], float, int | None]:
     state = request.app.state
-    return state.store, str(state.run_name), tuple(getattr(state, "alert_rules", DEFAULT_RULES))
+    ctx = getattr(state, "ctx", None)
+    stale_s = float(getattr(ctx, "heartbeat_stale_s", 30.0))
+    return (state.store, str(state.run_name), tuple(getattr(state, "alert_rules", DEFAULT_RULES)), stale_s,
+            getattr(state, "budget_per_hour", None))
 
 
 _PAGES: dict[tuple[int, str], tuple[str, str]] = {}
 _PAGES_LOCK = threading.Lock()
 
 
-def cached_page(store: Store, run_name: str, rules: Sequence[AlertRule]) -> str:
-    """The page, re-rendered only when its data changed (plotting takes seconds; reading takes ms)."""
-    data = collect(store, run_name)
-    payload = [data_json(data), [r.model_dump(mode="json") for r in rules]]
+def cached_page(store: Store, run_name: str, rules: Sequence[AlertRule], stale_s: float = 30.0,
+                budget_per_hour: int | None = None) -> str:
+    """The page; its plots are re-rendered only when their data changed (plotting takes seconds,
+    reading takes ms), the status strip on every request (heartbeat age changes every second)."""
+    data = collect(store, run_name, stale_s, budget_per_hour)
+    plotted = {k: v for k, v in data_json(data).items() if k != "status"}
+    payload = [plotted, [r.model_dump(mode="json") for r in rules]]
     fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     key = (id(store), run_name)
     with _PAGES_LOCK:
         hit = _PAGES.get(key)
     if hit is not None and hit[0] == fingerprint:
-        return hit[1]
-    page = render_page(data, rules)
-    with _PAGES_LOCK:
-        _PAGES[key] = (fingerprint, page)
-    return page
+        page = hit[1]
+    else:
+        page = render_page(data, rules)
+        with _PAGES_LOCK:
+            _PAGES[key] = (fingerprint, page)
+    return page.replace(STATUS_SLOT, render_status(data.status), 1)
+
+
+def _store_down(err: Exception) -> StatusPanel:
+    text = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+    return StatusPanel(error=f"store unreachable: {mask_secrets(text)}")
 
 
 @router.get("/dashboard", response_class=HTMLResponse)
 def dashboard(request: Request) -> HTMLResponse:
-    """The operator dashboard: collapse metrics, alerts, queue, probe versions, spot-check outcomes."""
-    store, run_name, rules = _state(request)
-    return HTMLResponse(cached_page(store, run_name, rules))
+    """The operator dashboard: what the daemon does now, collapse metrics, alerts, queue, probes, spot-checks."""
+    store, run_name, rules, stale_s, budget = _state(request)
+    try:
+        return HTMLResponse(cached_page(store, run_name, rules, stale_s, budget))
+    except (SQLAlchemyError, StoreError) as err:  # say so on the page (it refreshes itself), not a 500
+        body = render_status(_store_down(err))
+        return HTMLResponse(f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" '
+                            f'content="30"><title>propel dashboard — {html.escape(run_name)}</title><style>{_CSS}'
+                            f"{STATUS_CSS}</style></head><body><h1>propel — run {html.escape(run_name)}</h1>{body}"
+                            "</body></html>", status_code=503)
 
 
 @router.get("/dashboard/data.json")
 def dashboard_data(request: Request) -> JSONResponse:
-    """The dashboard's data: metric series per cycle, alerts, queue depths, probes, spot-check counts."""
-    store, run_name, _ = _state(request)
-    return JSONResponse(data_json(collect(store, run_name)))
+    """The dashboard's data: status, metric series per cycle, alerts, queue depths, probes, spot-check counts."""
+    store, run_name, _, stale_s, budget = _state(request)
+    try:
+        return JSONResponse(data_json(collect(store, run_name, stale_s, budget)))
+    except (SQLAlchemyError, StoreError) as err:
+        return JSONResponse({"run": run_name, "status": status_json(_store_down(err))}, status_code=503)

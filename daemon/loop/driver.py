@@ -12,14 +12,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, func, select
 
 from curriculum import retrain
 from curriculum.diversity import collapse_metrics
-from curriculum.domains.base import Task
+from curriculum.domains.base import Task, Validity
 from curriculum.spotcheck import (
     Band,
     budget_left,
@@ -28,12 +28,23 @@ from curriculum.spotcheck import (
     select_candidates,
     trials_since,
 )
-from curriculum.store import queue, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeScore, QueueItem, SolverTrial, TaskRow
+from curriculum.store.models import (
+    Label,
+    MetricPoint,
+    ProbeEnsembleRow,
+    ProbeScore,
+    QueueItem,
+    SolverTrial,
+    TaskRow,
+)
+from daemon.loop import health
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
-from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
+from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
+from daemon.loop.state import DriverState, PendingCheck, load_state
+from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths, export_totals, observe_phase
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
@@ -58,9 +69,12 @@ class DriverSettings:
     diversity_sample_size: int = 256
     reference_model: str = ""
     probe_arch: str = "mlp"
-    probe_dir: str = "probes"  # aux-probe artifacts (distributed: a path the workers share)
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
     frontier: FrontierSettings = field(default_factory=FrontierSettings)  # solver versions, drift, refresh
+    spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
+    spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
+    worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
+    unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
 
 
 @dataclass
@@ -74,24 +88,39 @@ class CycleReport:
 
 
 class DriverHooks:
-    """Observers of the driver (Prometheus export, alert evaluation); the defaults do nothing."""
+    """Observers of the driver (alert evaluation); the defaults do nothing."""
 
-    def export(self, cycle: int, values: dict[str, float]) -> None:
-        """Called with every batch of metric values the driver records."""
+    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
+        """Evaluate alert rules on the cycle's metrics; apply mitigations by editing ``state``
+        (``kl_factor``, ``force_retrain``, ``paused_topics``/``paused_by``)."""
 
-    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
-               counters: dict[str, Any]) -> None:
-        """Evaluate alert rules on the cycle's metrics; apply mitigations by editing ``counters``."""
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        """Called with the degraded state (reason → detail, since, until) after each health check."""
+
+
+def merge_harvests(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """One phase's two harvests (before and after its dispatch): counts add up, ratios come from the
+    harvest that labelled anything (the later one when both did)."""
+    out = {**first, **{k: v for k, v in second.items() if second.get("labelled", 0.0) > 0 or k not in first}}
+    for key in ("labelled", "false_positives"):
+        out[key] = first.get(key, 0.0) + second.get(key, 0.0)
+    return out
 
 
 class Driver:
+    """``metrics`` (optional) receives the Prometheus export; ``clock`` (aware UTC now) times spot-check
+    and retrain deadlines, ``timer`` (seconds) the phases — both injectable for tests."""
+
     def __init__(self, store: Store, run_id: int, engine: Engine, spot: SpotChecker, retrainer: Retrainer,
                  settings: DriverSettings, hooks: DriverHooks | None = None,
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
+                 should_stop: Callable[[], bool] = lambda: False, metrics: PropelMetrics | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self.store, self.run_id, self.engine, self.s = store, run_id, engine, settings
         self.spot, self.retrainer = spot, retrainer
         self.hooks = hooks or DriverHooks()
         self.should_stop = should_stop
+        self.metrics, self.clock, self.timer = metrics, clock, timer
 
     @property
     def frontier(self) -> FrontierTracker:
@@ -99,33 +128,52 @@ class Driver:
         return FrontierTracker(self.store, self.run_id, self.spot.solver_id, self.s.frontier, self.s.band, self.s.seed)
 
     # ---- state -------------------------------------------------------------------------------
-    def state(self) -> tuple[str, int, dict[str, Any]]:
+    def state(self) -> tuple[str, int, DriverState]:
+        """The stored phase, cycle and typed driver state (an old untyped row is converted)."""
         with self.store.session() as s:
             st = repo.load_state(s, self.run_id)
-            return st.phase, st.cycle, dict(st.counters)
+            return st.phase, st.cycle, load_state(st.counters, self.clock())
 
-    def _advance(self, phase: str, cycle: int, counters: dict[str, Any], sess: Any = None) -> None:
-        nxt, done = next_phase(phase)
+    def _save(self, phase: str, cycle: int, state: DriverState, sess: Any = None) -> None:
         if sess is not None:
-            repo.save_state(sess, self.run_id, phase=nxt, cycle=cycle + int(done), counters=counters)
+            repo.save_state(sess, self.run_id, phase=phase, cycle=cycle, counters=state.stored())
             return
         with self.store.session() as s:
-            repo.save_state(s, self.run_id, phase=nxt, cycle=cycle + int(done), counters=counters)
+            repo.save_state(s, self.run_id, phase=phase, cycle=cycle, counters=state.stored())
+
+    def _advance(self, phase: str, cycle: int, state: DriverState, sess: Any = None) -> None:
+        nxt, done = next_phase(phase)
+        self._save(nxt, cycle + int(done), state, sess)
 
     def tick(self) -> CycleReport:
         """Run the current phase once and move to the next."""
-        phase, cycle, counters = self.state()
-        start = time.perf_counter()
+        phase, cycle, state = self.state()
+        start = self.timer()
         handler = getattr(self, f"_phase_{phase}")
-        values: dict[str, float] = handler(cycle, counters)
-        report = CycleReport(phase, cycle, time.perf_counter() - start, values)
-        log.info("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)
+        values: dict[str, float] = handler(cycle, state)
+        report = CycleReport(phase, cycle, self.timer() - start, values)
+        self._phase_done(report, state)
+        log.debug("cycle %d %s done in %.2fs %s", cycle, phase, report.seconds, values)  # the CLI prints it
         return report
+
+    def _phase_done(self, report: CycleReport, saved: DriverState) -> None:
+        """Store the phase's duration (``<phase>_seconds``) and export the histogram and saved totals."""
+        with self.store.session() as s:
+            repo.record_metrics(s, self.run_id, report.cycle, {f"{report.phase}_seconds": report.seconds})
+        if self.metrics is None:
+            return
+        observe_phase(self.metrics, report.phase, report.seconds)
+        cycles = report.cycle + int(next_phase(report.phase)[1])
+        export_totals(self.metrics, {**saved.totals.model_dump(), "cycles": cycles})
+        self.metrics.cycle.set(cycles)
 
     def _record(self, cycle: int, values: dict[str, float]) -> None:
         with self.store.session() as s:
             repo.record_metrics(s, self.run_id, cycle, values)
-        self.hooks.export(cycle, values)
+            depths = repo.queue_depths(s) if self.metrics is not None else {}
+        if self.metrics is not None:
+            export_gauges(self.metrics, values)
+            export_queue_depths(self.metrics, depths)
 
     def _cycle_metrics(self, cycle: int) -> dict[str, float]:
         with self.store.session() as s:
@@ -134,126 +182,170 @@ class Driver:
             return {name: value for name, value in rows}
 
     # ---- phases --------------------------------------------------------------------------------
-    def _phase_rl(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
-        retrained = self._collect_retrain(counters)  # an aux probe a worker finished constrains this chunk
-        retrained |= collect_refresh(self, counters)  # so does a promoted challenger primary
-        stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, float(counters.get("kl_factor", 1.0)))
-        counters["kl_factor"] = 1.0  # a raise_kl mitigation applies to one chunk
+    def _phase_rl(self, cycle: int, state: DriverState) -> dict[str, float]:
+        retrained = self._collect_retrain(state)  # an aux probe a worker finished constrains this chunk
+        retrained |= collect_refresh(self, state)  # so does a promoted challenger primary
+        stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, state.kl_factor)
+        state.kl_factor = 1.0  # a raise_kl mitigation applies to one chunk
         self._record(cycle, {**{f"rl_{k}": v for k, v in stats.items()}, **retrained})
-        self._advance("rl", cycle, counters)
+        self._advance("rl", cycle, state)
         return {**stats, **retrained}
 
-    def _phase_sample(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+    def _phase_sample(self, cycle: int, state: DriverState) -> dict[str, float]:
         texts = self.engine.sample(self.s.sample_size, seed=self.s.seed * 100_003 + cycle)
-        validities = self.engine.domain.validate_batch(texts)
-        valid_idx = [i for i, v in enumerate(validities) if v.valid]
-        ref_texts = [self.engine.domain.reference_text(validities[i].task) for i in valid_idx]
-        scored = self.engine.score(ref_texts) if ref_texts else None
+        checks, scored = self._validate_and_score(texts)
+        self._store_sample(cycle, checks, scored)
+        values, state.dominant_topic = self._sample_metrics(texts, checks, scored)
+        if scored is not None:
+            values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
+        self._record(cycle, values)
+        self._advance("sample", cycle, state)
+        return values
+
+    def _validate_and_score(self, texts: Sequence[str]) -> tuple[list[Validity], Scored | None]:
+        """The sample's one validate-and-score pass: every later use (stored rows, reward, RVP) reads it."""
+        checks = list(self.engine.domain.validate_batch(list(texts)))
+        ref_texts = [self.engine.domain.reference_text(v.task) for v in checks if v.valid]
+        return checks, (self.engine.score(ref_texts) if ref_texts else None)
+
+    def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None) -> None:
+        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage)."""
         prov = self.engine.provenance()
         new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
                             payload=v.task.payload, invalid_reason=v.reason,
                             topic=self.engine.domain.topic(v.task) if v.valid else None, cycle=cycle,
                             generator_step=prov.get("generator_step"), adapter_hash=prov.get("adapter_hash"))
-               for v in validities]
+               for v in checks]
+        valid_idx = [i for i, v in enumerate(checks) if v.valid]
         with self.store.session() as s:
             ids = repo.add_tasks(s, self.run_id, new)
-            primary = repo.primary_probe_id(s, self.run_id)
-            if scored is not None and primary is not None:
-                repo.record_probe_scores(s, primary, [(ids[i], lg, p) for i, lg, p in
-                                                      zip(valid_idx, scored.logits, scored.probabilities, strict=True)])
-        values, counters["dominant_topic"] = self._sample_metrics(texts, validities, valid_idx)
-        if scored is not None:
-            values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
-        self._record(cycle, values)
-        self._advance("sample", cycle, counters)
-        return values
+            if scored is not None:
+                ensemble_id = lineage.record_ensemble(s, self.run_id, scored.ensemble)
+                lineage.record_probe_scores(s, ensemble_id, [(ids[i], lg, p) for i, lg, p in
+                                                             zip(valid_idx, scored.logits, scored.probabilities,
+                                                                 strict=True)])
 
-    def _sample_metrics(self, texts: list[str], validities: Sequence[Any], valid_idx: list[int]
+    def _sample_metrics(self, texts: list[str], checks: Sequence[Validity], scored: Scored | None
                         ) -> tuple[dict[str, float], str | None]:
         """Validity, RVP (variance of the exact reward) and the fixed-size-sample diversity metrics."""
-        valid_tasks = [validities[i].task for i in valid_idx]
+        valid_tasks = [v.task for v in checks if v.valid]
         diversity = collapse_metrics([t.text for t in valid_tasks], [self.engine.domain.topic(t) for t in valid_tasks],
                                      sample_size=self.s.diversity_sample_size, seed=self.s.seed)
-        rewards = self.engine.rewards(texts)
+        rewards = self.engine.rewards(checks, scored)
         mean = sum(rewards) / len(rewards) if rewards else 0.0
         var = sum((r - mean) ** 2 for r in rewards) / len(rewards) if rewards else 0.0
-        values = {"validity": len(valid_idx) / max(1, len(texts)), "reward_mean": mean, "reward_var": var,
+        values = {"validity": len(valid_tasks) / max(1, len(texts)), "reward_mean": mean, "reward_var": var,
                   **diversity.as_metrics()}
         return values, diversity.dominant_topic
 
-    def _phase_spotcheck(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
-        values = self._harvest(cycle, counters)
-        pending = set(counters.get("spotcheck_pending", []))
+    def _phase_spotcheck(self, cycle: int, state: DriverState) -> dict[str, float]:
+        values = self._harvest(state)
+        again, expired = self._expire_spotchecks(state)
         sid = self.frontier.serving_id()  # name@current version, read per dispatch
+        chosen, remeasure, used = self._choose_spotchecks(cycle, state, sid)
+        now = self.clock()
+        state.spotcheck_pending.update({t: PendingCheck(dispatched_at=now, solver_id=sid) for t in chosen})
+        self._save("spotcheck", cycle, state)  # record the dispatch before it happens: a crash re-harvests
+        retry = [t for t in state.spotcheck_undispatched if t in state.spotcheck_pending]
+        self._dispatch_spotchecks(sorted(set(chosen) | set(again) | set(retry)), state)
+        values = merge_harvests(values, self._harvest(state))  # in-process checks are done already
+        values |= expired
+        values |= self.frontier.observe_drift(cycle)
+        values["spotcheck_dispatched"] = float(len(chosen))
+        values["drift_remeasured"] = float(len(remeasure))
+        state.totals.drift_remeasured += len(remeasure)
+        self._spotcheck_health(used + len(chosen), state)
+        values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
+        values["solver_trials"] = float(self._count_trials(state))
+        self._record(cycle, values)
+        # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
+        self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
+        self._advance("spotcheck", cycle, state)
+        return values
+
+    def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
+        """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
+        re-measurements (part of the chosen ones); and trials used this hour."""
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
             rows = s.execute(
-                select(TaskRow.id, ProbeScore.probability)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary), isouter=True)
+                select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
+                .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
         budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
-        remeasure = self.frontier.plan_drift(cycle, counters, budget)  # a new version: re-measure labelled tasks
-        scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in pending]
+        remeasure = self.frontier.plan_drift(cycle, state, budget)  # a new version: re-measure labelled tasks
+        scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in state.spotcheck_pending]
         chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
-                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle) + remeasure
-        counters["spotcheck_pending"] = sorted(pending | set(chosen))
-        counters["spotcheck_pending_sid"] = {**counters.get("spotcheck_pending_sid", {}),
-                                             **{str(t): sid for t in chosen}}
-        with self.store.session() as s:  # record the dispatch before it happens: a crash re-harvests
-            repo.save_state(s, self.run_id, phase="spotcheck", cycle=cycle, counters=counters)
-        retry = [t for t in counters.get("spotcheck_undispatched", []) if t in pending]
-        to_send = sorted(set(chosen) | set(retry))
-        if to_send:
-            try:
-                self._dispatch(to_send, sid)
-                counters["spotcheck_undispatched"] = []
-            except DispatchError as err:  # broker down: RL goes on, dispatch is retried next cycle
-                log.warning("%s", err)
-                counters["spotcheck_undispatched"] = to_send
-        values.update(self._harvest(cycle, counters))  # in-process checks are done already
-        values.update(self.frontier.observe_drift(cycle))
-        values["spotcheck_dispatched"] = float(len(chosen))
-        values["drift_remeasured"] = float(len(remeasure))
-        values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
-        values["solver_trials"] = float(trials_since(self.store, self.spot.solver_id, 3600, distinct_tasks=False))
-        self._record(cycle, values)
-        # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
-        self.hooks.alerts(cycle, self._cycle_metrics(cycle), counters.get("dominant_topic"), counters)
-        self._advance("spotcheck", cycle, counters)
-        return values
+                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        return chosen + remeasure, remeasure, used
 
-    def _dispatch(self, task_ids: list[int], sid: str) -> None:
-        """Spot-check ``task_ids`` against ``sid`` (name@version); unversioned keeps the old call."""
-        if sid == self.spot.solver_id:
-            self.spot.dispatch(task_ids, self.s.band.k)
-        else:
-            self.spot.dispatch(task_ids, self.s.band.k, solver_id=sid)
+    def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
+        """Send each check to the version it was chosen for (an unversioned one keeps the old call)."""
+        if not task_ids:
+            return
+        by_sid: dict[str | None, list[int]] = {}
+        for t in task_ids:
+            check = state.spotcheck_pending.get(t)
+            by_sid.setdefault(check.solver_id if check else None, []).append(t)
+        try:
+            for sid, ids in by_sid.items():
+                if sid is None or sid == self.spot.solver_id:
+                    self.spot.dispatch(ids, self.s.band.k)
+                else:
+                    self.spot.dispatch(ids, self.s.band.k, solver_id=sid)
+            state.spotcheck_undispatched = []
+        except DispatchError as err:  # broker down: RL goes on, dispatch is retried next cycle
+            log.warning("%s", err)
+            state.spotcheck_undispatched = task_ids
 
-    def _harvest(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
-        """Label tasks whose trials all landed; mine false positives; compute precision metrics."""
-        pending = list(counters.get("spotcheck_pending", []))
+    def _expire_spotchecks(self, state: DriverState) -> tuple[list[int], dict[str, float]]:
+        """Pending checks past ``spotcheck_deadline_s``: sent again (up to ``spotcheck_redispatches``
+        times; only missing trials are attempted), then abandoned. Both are counted in the totals."""
+        now, again, abandoned = self.clock(), [], 0
+        for task_id, check in sorted(state.spotcheck_pending.items()):
+            if (now - check.dispatched_at).total_seconds() < self.s.spotcheck_deadline_s:
+                continue
+            if check.redispatches < self.s.spotcheck_redispatches:
+                state.spotcheck_pending[task_id] = PendingCheck(dispatched_at=now, redispatches=check.redispatches + 1,
+                                                                solver_id=check.solver_id)
+                again.append(task_id)
+            else:
+                del state.spotcheck_pending[task_id]
+                abandoned += 1
+        if again or abandoned:
+            log.warning("spot-checks past their %.0f s deadline: %d sent again, %d abandoned",
+                        self.s.spotcheck_deadline_s, len(again), abandoned)
+        state.totals.spotchecks_redispatched += len(again)
+        state.totals.spotchecks_abandoned += abandoned
+        return again, {"spotchecks_redispatched": float(len(again)), "spotchecks_abandoned": float(abandoned)}
+
+    def _count_trials(self, state: DriverState) -> int:
+        """The solver trials stored for the run since the last spot-check phase (moved into the totals)."""
+        with self.store.session() as s:
+            total = repo.trial_count(s, self.run_id)
+        delta = max(0, total - state.totals.solver_trials)
+        state.totals.solver_trials = max(total, state.totals.solver_trials)
+        return delta
+
+    def _harvest(self, state: DriverState) -> dict[str, float]:
+        """Label tasks whose trials all landed; record false positives; compute precision metrics."""
+        pending = list(state.spotcheck_pending)
         if not pending:
             return {}
         by_sid: dict[str, list[int]] = {}
-        sids = counters.get("spotcheck_pending_sid", {})
         for t in pending:  # each task is harvested under the version it was dispatched against
-            by_sid.setdefault(sids.get(str(t), self.spot.solver_id), []).append(t)
+            by_sid.setdefault(state.spotcheck_pending[t].solver_id or self.spot.solver_id, []).append(t)
         labels = {t: lab for sid, ids in by_sid.items()
                   for t, lab in harvest_labels(self.store, ids, sid, self.s.band).items()}
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
-            probs = {t: p for t, p in s.execute(select(ProbeScore.task_id, ProbeScore.probability).where(
-                ProbeScore.task_id.in_(list(labels)), ProbeScore.probe_id == primary))}
-            labelled = [(t, True, float(probs.get(t, 0.0)), lab) for t, lab in labels.items()]
+            scores = lineage.latest_scores(s, list(labels))
+            labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
             fps = false_positives(labelled, self.s.frontier_threshold, self.s.band)
-            if primary is not None:
-                repo.add_false_positives(s, primary, fps)
-        counters["spotcheck_pending"] = sorted(set(pending) - set(labels))
-        still = {str(t) for t in counters["spotcheck_pending"]}
-        counters["spotcheck_pending_sid"] = {t: v for t, v in sids.items() if t in still}
-        counters["fp_since_retrain"] = int(counters.get("fp_since_retrain", 0)) + len(fps)
+            lineage.add_false_positives(s, [(t, scores[t][0], side, solved, k, p)  # a false positive was scored
+                                            for t, side, solved, k, p in fps])
+        for task_id in labels:
+            state.spotcheck_pending.pop(task_id, None)
         known = [lab for lab in labels.values() if lab.in_band is not None]
         high = [t for t, _, p, lab in labelled if p >= self.s.frontier_threshold and lab.in_band is not None]
         out = {"labelled": float(len(labels)), "false_positives": float(len(fps))}
@@ -264,31 +356,36 @@ class Driver:
             out["false_positive_rate"] = len(fps) / len(high)
         return out
 
-    def _phase_retrain(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+    def _phase_retrain(self, cycle: int, state: DriverState) -> dict[str, float]:
         """Activate a finished aux probe; start a retrain when enough false positives piled up.
 
         A job's row is written before it is dispatched, so a crash between the two re-dispatches it
         (same name, idempotent). A worker's probe is activated at the first rl or retrain phase after
         it finished (before the next RL chunk at the latest).
         """
-        values = self._collect_retrain(counters)
-        if counters.get("retrain_job") is None:
-            forced = bool(counters.pop("force_retrain", False))
-            if should_retrain(int(counters.get("fp_since_retrain", 0)), self.s.retrain_min_false_positives, forced):
+        values = self._collect_retrain(state)
+        if state.retrain_job is None:
+            forced, state.force_retrain = state.force_retrain, False
+            if should_retrain(self._unconsumed_false_positives(), self.s.retrain_min_false_positives, forced):
                 spec = self._retrain_spec(cycle, forced)
                 retrain.create_job(self.store, spec)
-                counters["retrain_job"] = spec.name
-                counters["retrain_undispatched"] = True  # until handed over: a crash here re-sends it
-                with self.store.session() as s:
-                    repo.save_state(s, self.run_id, phase="retrain", cycle=cycle, counters=counters)
-                if self._submit_retrain(spec, counters):
-                    values |= self._collect_retrain(counters)  # in-process: finished already
-        values |= collect_refresh(self, counters) | start_refresh(self, cycle, counters)  # champion/challenger
+                state.retrain_job = spec.name
+                state.retrain_undispatched = True  # until handed over: a crash here re-sends it
+                self._save("retrain", cycle, state)
+                if self._submit_retrain(spec, state):
+                    values |= self._collect_retrain(state)  # in-process: finished already
+        values |= collect_refresh(self, state) | start_refresh(self, cycle, state)  # champion/challenger
         values.setdefault("retrained", 0.0)
-        values["retrain_pending"] = float(bool(counters.get("retrain_job")))
+        values["retrain_pending"] = float(state.retrain_job is not None)
+        self._retrain_health(state)
         self._record(cycle, values)
-        self._advance("retrain", cycle, counters)
+        self._advance("retrain", cycle, state)
         return values
+
+    def _unconsumed_false_positives(self) -> int:
+        """False positives no active aux probe was trained on (the ``false_positives`` table is the source)."""
+        with self.store.session() as s:
+            return len(lineage.false_positive_tasks(s, self.run_id, unconsumed_only=True))
 
     def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec:
         ref, band = self.engine.reference_info(), self.s.band
@@ -296,48 +393,65 @@ class Driver:
             run_id=self.run_id, name=f"{self.s.run_name}-aux-c{cycle}", cycle=cycle, reference=ref.model,
             reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
             band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
-            arch=self.s.probe_arch, collapse_topic=collapse_topic, artifact_dir=self.s.probe_dir,
-            seed=self.s.seed + cycle, solver=self.spot.solver_id, staleness=asdict(self.s.frontier.staleness))
+            arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle,
+            solver=self.spot.solver_id, staleness=asdict(self.s.frontier.staleness))
 
-    def _submit_retrain(self, spec: retrain.RetrainSpec, counters: dict[str, Any]) -> bool:
+    def _submit_retrain(self, spec: retrain.RetrainSpec, state: DriverState) -> bool:
         """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
         try:
             self.retrainer.submit(spec)
         except DispatchError as err:
             log.warning("%s", err)
-            counters["retrain_undispatched"] = True
+            state.retrain_undispatched = True
             return False
-        counters["retrain_undispatched"] = False
+        state.retrain_undispatched = False
         return True
 
-    def _collect_retrain(self, counters: dict[str, Any]) -> dict[str, float]:
+    def _collect_retrain(self, state: DriverState) -> dict[str, float]:
         """Look at the pending job: activate its probe when done; give up on it after the timeout."""
-        name = counters.get("retrain_job")
+        name = state.retrain_job
         job = retrain.job_outcome(self.store, name) if name else None
         if job is None:
-            counters.pop("retrain_job", None)
+            state.retrain_job = None
             return {}
         if job.state == "pending":
-            age = (datetime.now(UTC) - job.created_at).total_seconds()
+            age = (self.clock() - job.created_at).total_seconds()
             if age > self.s.retrain_timeout_s:
                 retrain.finish_job(self.store, job.name, "failed", f"no outcome after {age:.0f} s")
-                return self._collect_retrain(counters)
-            if counters.get("retrain_undispatched"):
-                self._submit_retrain(job.spec, counters)
+                return self._collect_retrain(state)
+            if state.retrain_undispatched:
+                self._submit_retrain(job.spec, state)
             return {}
-        counters.pop("retrain_job")
+        state.retrain_job = None
+        if job.state == "failed":
+            state.retrain_failures += 1
+            state.retrain_last_error = str(job.reason or "")[:200]
         if job.state != "done" or job.probe_id is None:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
         with self.store.session() as s:
+            before = [p.id for p in repo.active_probes(s, self.run_id)]
             primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
             repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
-            s.execute(update(FalsePositive).where(FalsePositive.task_id.in_(list(job.false_positive_ids)))
-                      .values(consumed=True))
-        self._reload_probes()
-        counters["fp_since_retrain"] = 0
+        try:
+            self._reload_probes()
+        except ValueError as err:  # the probe cannot be fetched or verified here: keep the current reward
+            return self._reject_probe(job.name, before, err)
+        with self.store.session() as s:
+            lineage.mark_false_positives_consumed(s, self.run_id, list(job.false_positive_ids))
+        state.totals.retrains += 1
+        state.retrain_failures = 0
         log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
         return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
+
+    def _reject_probe(self, job_name: str, previous: list[int], err: Exception) -> dict[str, float]:
+        """Restore the previous active set and record the finished job as failed, with the reason."""
+        log.warning("aux probe %s cannot be activated: %s", job_name, err)
+        with self.store.session() as s:
+            repo.set_active_probes(s, previous, self.run_id)
+        self._reload_probes()
+        retrain.reject_job(self.store, job_name, f"activation failed: {err}")
+        return {"retrained": 0.0, "retrain_failed": 1.0}
 
     def _reload_probes(self) -> None:
         with self.store.session() as s:
@@ -345,36 +459,74 @@ class Driver:
         self.engine.load_probes([p.artifact_uri for p in active if p.role == "primary"],
                                 [p.artifact_uri for p in active if p.role == "aux"])
 
-    def _phase_emit(self, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+    # ---- degraded state (daemon.loop.health) ---------------------------------------------------
+    def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None:
+        """Merge ``checks`` into ``state.degraded``; log what started and ended, once each."""
+        merged, started, ended = health.merge(state.degraded, checks, self.clock())
+        for d in started:
+            log.warning("degraded: %s: %s", d.reason, d.detail, extra={"fields": {"degraded": d.reason}})
+        for d in ended:
+            log.warning("recovered: %s (degraded since %s)", d.reason, d.since,
+                        extra={"fields": {"recovered": d.reason}})
+        state.degraded = merged
+        self.hooks.degraded(merged)
+
+    def _retrain_health(self, state: DriverState) -> None:
+        name = state.retrain_job
+        job = retrain.job_outcome(self.store, name) if name else None
+        age = (self.clock() - job.created_at).total_seconds() if job and job.state == "pending" else None
+        self._health(state, {
+            health.RETRAIN: health.retrain_failing(state.retrain_failures, state.retrain_last_error),
+            health.RETRAIN_WAITING: health.retrain_waiting(name, age, self.s.worker_silence_s)})
+
+    def _spotcheck_health(self, used: int, state: DriverState) -> None:
+        now = self.clock()
+        since = min((c.dispatched_at for c in state.spotcheck_pending.values()), default=None)
+        with self.store.session() as s:
+            window = now - timedelta(hours=1)
+            oldest, latest = s.execute(select(
+                func.min(case((SolverTrial.created_at >= window, SolverTrial.created_at))),
+                func.max(SolverTrial.created_at)).where(SolverTrial.solver_name == self.spot.solver_id)).one()
+        self._health(state, {
+            health.BUDGET: health.budget_exhausted(used, self.s.budget_per_hour, _aware(oldest)),
+            health.WORKERS: health.workers_silent(len(state.spotcheck_pending), since, _aware(latest), now,
+                                                  self.s.worker_silence_s),
+            health.BROKER: health.broker_unreachable(len(state.spotcheck_undispatched))})
+
+    def _phase_emit(self, cycle: int, state: DriverState) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
         sid = self.frontier.serving_id()  # only the current version's verdict counts (older ones are stale)
         with self.store.session() as s:
-            primary = repo.primary_probe_id(s, self.run_id)
             rows = s.execute(
-                select(TaskRow, ProbeScore.probability, Label.in_band, Label.solved, Label.valid_trials,
-                       Label.solver_id)
-                .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary))
+                select(TaskRow, ProbeScore.probability, ProbeEnsembleRow.key.label("ensemble_key"), Label.in_band,
+                       Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
+                .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
+                .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
                       isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
             ready = queue.ready_count(s)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
+            self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
+            verified = health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,
                                      max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
-                                     ready_now=ready, paused_topics=frozenset(counters.get("paused_topics", []))))
+                                     ready_now=ready, paused_topics=frozenset(state.paused_topics),
+                                     verified_only=verified))
             prov = self.engine.provenance()
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in rows
                      if r.TaskRow.id in plan]
             emitted = queue.enqueue(s, items)
-            counters["emitted_total"] = int(counters.get("emitted_total", 0)) + emitted
-            self._advance("emit", cycle, counters, sess=s)  # outbox: queue rows + state in one transaction
+            state.totals.emitted += emitted
+            self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
                   "backpressure": float(ready >= self.s.high_water_mark)}
         self._record(cycle, values)
         return values
 
     def _message(self, r: Any, prov: dict[str, Any]) -> dict[str, Any]:
+        """The frontier message; its ensemble is the one whose score it carries, not the one loaded now."""
         task = r.TaskRow
         check = None if r.in_band is None and r.solved is None else SpotCheck(
             solver=r.solver_id, solved=r.solved, valid_trials=r.valid_trials, k=self.s.band.k, in_band=r.in_band)
@@ -384,7 +536,11 @@ class Driver:
             grading=dict(task.payload), predicted_in_band=float(r.probability), spot_check=check, topic=task.topic,
             band=(self.s.band.lo, self.s.band.hi), k=self.s.band.k, created_at=task.created_at,
             provenance=Provenance(generator_step=task.generator_step, adapter_hash=task.adapter_hash,
-                                  probe_ensemble_id=prov.get("probe_ensemble_id"),
-                                  reference_model=self.s.reference_model,
+                                  probe_ensemble_id=r.ensemble_key, reference_model=self.s.reference_model,
                                   reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
         return msg.model_dump(mode="json")
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    """SQLite returns naive UTC datetimes; PostgreSQL aware ones."""
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t

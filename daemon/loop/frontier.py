@@ -17,8 +17,9 @@ The driver calls :class:`FrontierTracker` from its phases (small hooks):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -27,10 +28,11 @@ from curriculum import drift, frontier_labels, refresh, retrain, solver_versions
 from curriculum.domains.base import Task
 from curriculum.spotcheck import Band
 from curriculum.staleness import StalenessPolicy
-from curriculum.store import repo
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, SolverTrial
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
+from daemon.loop.state import Champion, DriverState
 
 log = logging.getLogger("propel.frontier")
 
@@ -71,11 +73,11 @@ class FrontierTracker:
         return solver_versions.qualified_id(self.name, self.current_version())
 
     # ---- drift -----------------------------------------------------------------------------------
-    def plan_drift(self, cycle: int, counters: dict[str, Any], budget: int) -> list[int]:
+    def plan_drift(self, cycle: int, state: DriverState, budget: int) -> list[int]:
         """Task ids to re-measure on the current version this cycle (opens a measurement on a new version)."""
         cur = self.current_version()
-        prev = counters.get("solver_version")
-        counters["solver_version"] = cur
+        prev = state.solver_version
+        state.solver_version = cur
         if prev is not None and prev != cur:
             self._open(cycle, prev, cur)
         with self.store.session() as s:
@@ -85,7 +87,7 @@ class FrontierTracker:
             sid = solver_versions.qualified_id(self.name, cur)
             tried = set(s.scalars(select(SolverTrial.task_id).where(
                 SolverTrial.solver_id == sid, SolverTrial.task_id.in_(list(open_[0].sample)))))
-        pending = {int(t) for t in counters.get("spotcheck_pending", [])}
+        pending = set(state.spotcheck_pending)
         todo = sorted(t for t in open_[0].sample if t not in tried and t not in pending)
         return todo[:drift_share(budget, self.s.drift_budget_share, len(todo))]
 
@@ -119,18 +121,18 @@ class FrontierTracker:
             out["drift_measured"] = float(latest[-1].measured)
         return out
 
-    def refresh_due(self, counters: dict[str, Any]) -> str | None:
+    def refresh_due(self, state: DriverState) -> str | None:
         """Why a primary refresh is due now (None: not due): a finished measurement above the drift
         threshold that has not triggered one yet, or enough new usable labels since the last refresh."""
         with self.store.session() as s:
             finished = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
             usable = len(frontier_labels.usable_labels(s, self.name, self.s.staleness, run_id=self.run_id))
-        seen = set(counters.get("refresh_drift_seen", []))
+        seen = set(state.refresh_drift_seen)
         for m in finished:
             if m.id not in seen and (m.score or 0.0) > self.s.refresh_drift_threshold:
-                counters["refresh_drift_seen"] = sorted(seen | {m.id})
+                state.refresh_drift_seen = sorted(seen | {m.id})
                 return f"drift {m.score:.2f} on {m.new_version}"
-        base = int(counters.get("refresh_labels_at", 0))
+        base = state.refresh_labels_at
         if self.s.refresh_every_labels > 0 and usable - base >= self.s.refresh_every_labels:
             return f"{usable - base} new labels"
         return None
@@ -156,6 +158,7 @@ class Driver(Protocol):
     engine: Engine
     spot: SpotChecker
     retrainer: Retrainer
+    clock: Callable[[], datetime]
 
     @property
     def s(self) -> _Settings: ...
@@ -167,57 +170,58 @@ class Driver(Protocol):
 
     def _reload_probes(self) -> None: ...
 
+    def _save(self, phase: str, cycle: int, state: DriverState, sess: Any = None) -> None: ...
 
-def start_refresh(driver: Driver, cycle: int, counters: dict[str, Any]) -> dict[str, float]:
+
+def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, float]:
     """Create and hand over a challenger job when a refresh is due and none is pending."""
-    if counters.get("refresh_job") is not None:
+    if state.refresh_job is not None:
         return {}
-    why = driver.frontier.refresh_due(counters)
+    why = driver.frontier.refresh_due(state)
     if why is None:
         return {}
     with driver.store.session() as s:
         champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
         usable = len(frontier_labels.usable_labels(s, driver.spot.solver_id, driver.s.frontier.staleness,
                                                    run_id=driver.run_id))
-    counters["refresh_labels_at"] = usable
+    state.refresh_labels_at = usable
     spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
                    champion=champions[0].artifact_uri if champions else "",
                    holdout_share=driver.s.frontier.refresh_holdout_share,
                    refresh_min_labels=driver.s.frontier.refresh_min_labels)
     log.info("primary-probe refresh %s: %s", spec.name, why)
     retrain.create_job(driver.store, spec)
-    counters["refresh_job"] = spec.name
-    counters["refresh_undispatched"] = True
-    with driver.store.session() as s:
-        repo.save_state(s, driver.run_id, phase="retrain", cycle=cycle, counters=counters)
+    state.refresh_job = spec.name
+    state.refresh_undispatched = True
+    driver._save("retrain", cycle, state)  # the job is recorded before it is handed over: a crash re-sends it
     try:
         driver.retrainer.submit(spec)
-        counters["refresh_undispatched"] = False
+        state.refresh_undispatched = False
     except DispatchError as err:
         log.warning("%s", err)
-    return {"refresh_started": 1.0} | collect_refresh(driver, counters)
+    return {"refresh_started": 1.0} | collect_refresh(driver, state)
 
 
-def collect_refresh(driver: Driver, counters: dict[str, Any]) -> dict[str, float]:
+def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
     """Look at the pending challenger: promote it (and retire stale ready tasks) when it won."""
-    name = counters.get("refresh_job")
+    name = state.refresh_job
     job = retrain.job_outcome(driver.store, name) if name else None
     if job is None:
-        counters.pop("refresh_job", None)
+        state.refresh_job = None
         return {}
     if job.state == "pending":
-        age = (datetime.now(UTC) - job.created_at).total_seconds()
+        age = (driver.clock() - job.created_at).total_seconds()
         if age > driver.s.retrain_timeout_s:
             retrain.finish_job(driver.store, job.name, "failed", f"no outcome after {age:.0f} s")
-            return collect_refresh(driver, counters)
-        if counters.get("refresh_undispatched"):
+            return collect_refresh(driver, state)
+        if state.refresh_undispatched:
             try:
                 driver.retrainer.submit(job.spec)
-                counters["refresh_undispatched"] = False
+                state.refresh_undispatched = False
             except DispatchError as err:
                 log.warning("%s", err)
         return {}
-    counters.pop("refresh_job")
+    state.refresh_job = None
     if job.state != "done" or job.probe_id is None:
         log.info("primary refresh %s %s: %s", job.name, job.state, job.reason)
         return {"primary_refreshed": 0.0}
@@ -229,7 +233,7 @@ def collect_refresh(driver: Driver, counters: dict[str, Any]) -> dict[str, float
     if not job.result.get("promote"):
         log.info("challenger %s kept out: %s", job.name, job.result.get("reason"))
         return out
-    now = datetime.now(UTC)
+    now = driver.clock()
     with driver.store.session() as s:
         aux = [p.id for p in repo.active_probes(s, driver.run_id) if p.role == "aux"]
         repo.set_active_probes(s, [job.probe_id, *aux], driver.run_id)
@@ -238,22 +242,26 @@ def collect_refresh(driver: Driver, counters: dict[str, Any]) -> dict[str, float
             row.meta = {**dict(row.meta), "promoted_at": now.isoformat(timespec="seconds"),
                         "promoted_cycle": job.spec.cycle}
     driver._reload_probes()
-    counters["champion"] = {"probe": job.name, "cycle": job.spec.cycle, "at": now.isoformat(timespec="seconds")}
-    out["stale_retired"] = float(retire_ready(driver, job.probe_id))
+    state.champion = Champion(probe=job.name, cycle=job.spec.cycle, at=now)
+    state.totals.primary_refreshes += 1
+    retired = retire_ready(driver)
+    state.totals.stale_retired += retired
+    out["stale_retired"] = float(retired)
     log.info("challenger %s promoted (%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
              int(out["stale_retired"]))
     return out
 
 
-def retire_ready(driver: Driver, probe_id: int) -> int:
+def retire_ready(driver: Driver) -> int:
     """Re-score the run's ready tasks with the new primary; those below the emission threshold go stale."""
     rows = refresh.ready_tasks(driver.store, driver.run_id)
     if not rows:
         return 0
     dom = driver.engine.domain
     scored = driver.engine.score([dom.reference_text(Task(d, text, payload)) for _, d, text, payload in rows])
-    with driver.store.session() as s:
-        repo.record_probe_scores(s, probe_id, [(t, lg, p) for (t, *_), lg, p in
-                                               zip(rows, scored.logits, scored.probabilities, strict=True)])
+    with driver.store.session() as s:  # the new ensemble's scores become the tasks' current ones (lineage)
+        ensemble = lineage.record_ensemble(s, driver.run_id, scored.ensemble)
+        lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
+                                                  zip(rows, scored.logits, scored.probabilities, strict=True)])
     probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
     return refresh.retire_stale(driver.store, probs, driver.s.min_probability)

@@ -38,17 +38,20 @@ class Candidate:
 
 
 def emission_plan(candidates: Sequence[Candidate], *, min_probability: float, max_topic_share: float,
-                  high_water_mark: int, ready_now: int, paused_topics: frozenset[str] = frozenset()) -> list[int]:
+                  high_water_mark: int, ready_now: int, paused_topics: frozenset[str] = frozenset(),
+                  verified_only: bool = False) -> list[int]:
     """Which tasks to emit, in order.
 
     * spot-checked out-of-band tasks are never emitted; verified in-band tasks come first, then by
       probability (highest first); unverified tasks need ``probability ≥ min_probability``;
     * no topic takes more than ``ceil(max_topic_share × eligible)`` places (flooding guard), and
       paused topics (an alert mitigation) take none;
-    * backpressure: at most ``high_water_mark − ready_now`` tasks (none when the queue is full).
+    * backpressure: at most ``high_water_mark − ready_now`` tasks (none when the queue is full);
+    * ``verified_only`` (spot-check labels missing for too long, see :mod:`daemon.loop.health`):
+      only verified in-band tasks.
     """
     eligible = [c for c in candidates if c.in_band is not False and c.topic not in paused_topics
-                and (c.in_band is True or c.probability >= min_probability)]
+                and (c.in_band is True or (not verified_only and c.probability >= min_probability))]
     eligible.sort(key=lambda c: (c.in_band is not True, -c.probability, c.task_id))
     cap = max(1, math.ceil(max_topic_share * len(eligible)))
     per_topic: Counter[str] = Counter()

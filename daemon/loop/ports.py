@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from curriculum.domains.base import Domain
+from curriculum.domains.base import Domain, Validity
 from curriculum.retrain import RetrainSpec
+from curriculum.store.lineage import EnsembleSpec
 
 
 class DispatchError(Exception):
@@ -22,10 +23,11 @@ class DispatchError(Exception):
 
 @dataclass(frozen=True)
 class Scored:
-    """Probe-ensemble output for a batch of texts."""
+    """Probe-ensemble output for a batch of texts, with the ensemble that produced it (lineage)."""
 
     logits: list[float]
     probabilities: list[float]
+    ensemble: EnsembleSpec
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,10 @@ class Engine(Protocol):
         """Ensemble scores of reference texts (one reference forward pass)."""
         ...
 
-    def rewards(self, completions: Sequence[str]) -> list[float]:
-        """The exact RL reward (validity gate + ensemble) — its variance over a sample is RVP."""
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        """The exact RL reward (validity gate + ensemble) of a sample from its validity checks and the
+        ensemble scores of its valid tasks (``scored``), validating and scoring nothing again — its
+        variance over a sample is RVP."""
         ...
 
     def provenance(self) -> dict[str, Any]:

@@ -1,44 +1,27 @@
 """Prometheus metrics of the daemon, on a private :class:`CollectorRegistry` (never the global one).
 
 Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``, ``_ratio`` for
-0–1 values). The daemon writes one row per metric and cycle to the ``metrics`` table under the
-*metric-table names* of :data:`METRIC_TABLE_NAMES`; :func:`export_cycle` maps those names onto the
-Prometheus series:
+0–1 values). The driver exports three kinds of values, each from the place that holds the truth:
 
-=======================  ===============================================  ==========================
-metric-table name        Prometheus series                                kind
-=======================  ===============================================  ==========================
-``self_bleu3``           ``propel_self_bleu3_ratio``                      gauge
-``distinct3``            ``propel_distinct3_ratio``                       gauge
-``top_topic_share``      ``propel_top_topic_share_ratio``                 gauge
-``validity``             ``propel_validity_ratio``                        gauge
-``reward_mean``          ``propel_reward_mean``                           gauge
-``reward_var``           ``propel_reward_variance`` (RVP)                 gauge
-``probe_precision``      ``propel_probe_precision_ratio``                 gauge
-``false_positive_rate``  ``propel_false_positive_ratio``                  gauge
-``spotcheck_utility``    ``propel_spotcheck_utility_ratio``               gauge
-``queue_ready``          ``propel_queue_depth{state="ready"}``            gauge
-``solver_budget_used``   ``propel_solver_budget_used_ratio``              gauge
-``retrain_pending``      ``propel_retrain_pending`` (1 while a job runs)  gauge
-``drift_score``          ``propel_drift_score_ratio``                     gauge
-``emitted``              ``propel_tasks_emitted_total``                   counter (+= value)
-``solver_trials``        ``propel_solver_trials_total``                   counter (+= value)
-``retrained``            ``propel_aux_retrains_total``                    counter (+= value)
-``primary_refreshed``    ``propel_primary_refreshes_total``               counter (+= value)
-``stale_retired``        ``propel_stale_tasks_total``                     counter (+= value)
-``drift_remeasured``     ``propel_drift_remeasured_total``                counter (+= value)
-=======================  ===============================================  ==========================
+* **gauges** — the values a phase records in the ``metrics`` table (:func:`export_gauges`), e.g.
+  ``self_bleu3`` → ``propel_self_bleu3_ratio``, ``retrain_pending`` → ``propel_retrain_pending``,
+  ``drift_score`` → ``propel_drift_score_ratio`` (latest drift measurement of the solver's newest
+  version); see :data:`GAUGES`;
+* **totals** — the run's monotonic counts kept in ``DriverState.totals`` (:func:`export_totals`):
+  ``propel_tasks_emitted_total``, ``propel_solver_trials_total``, ``propel_aux_retrains_total``,
+  ``propel_primary_refreshes_total`` (challengers promoted), ``propel_stale_tasks_total`` (ready
+  tasks retired as stale), ``propel_drift_remeasured_total`` (tasks re-measured on a new solver
+  version), …; see :data:`TOTALS`;
+* **queue depths** — ``propel_queue_depth{state}`` for ready, leased, acked, dead and stale rows
+  (:func:`export_queue_depths`).
 
-Plus ``propel_cycle`` (last exported cycle), ``propel_cycles_total``, ``propel_alerts_fired_total
-{rule,severity}``, ``propel_alert_active{rule,severity}`` (1 while open) and the histogram
-``propel_phase_duration_seconds{phase}``.
+Plus ``propel_cycle``, ``propel_alerts_fired_total{rule,severity}``, ``propel_alert_active{rule,severity}``,
+``propel_degraded{reason}`` and the histogram ``propel_phase_duration_seconds{phase}``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -60,16 +43,21 @@ GAUGES: dict[str, tuple[str, str]] = {
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }
-COUNTERS: dict[str, tuple[str, str]] = {
+TOTALS: dict[str, tuple[str, str]] = {
     "emitted": ("propel_tasks_emitted", "Tasks emitted to the downstream queue"),
-    "solver_trials": ("propel_solver_trials", "Solver attempts made by spot-checks"),
-    "retrained": ("propel_aux_retrains", "Aux probes trained and activated"),
-    "primary_refreshed": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
+    "solver_trials": ("propel_solver_trials", "Solver attempts (spot-check trials) stored for the run"),
+    "retrains": ("propel_aux_retrains", "Aux probes trained and activated"),
+    "spotchecks_redispatched": ("propel_spotchecks_redispatched", "Spot-checks sent again after their deadline"),
+    "spotchecks_abandoned": ("propel_spotchecks_abandoned", "Spot-checks given up after their last deadline"),
+    "cycles": ("propel_cycles", "Daemon cycles completed"),
+    "primary_refreshes": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
 }
 QUEUE_METRIC = "queue_ready"
-METRIC_TABLE_NAMES: tuple[str, ...] = (*GAUGES, QUEUE_METRIC, *COUNTERS)
+PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned",
+                                     "primary_refreshed", "stale_retired", "drift_remeasured")
+METRIC_TABLE_NAMES: tuple[str, ...] = (*GAUGES, QUEUE_METRIC, *PER_PHASE_COUNTS)
 PHASES = ("rl", "sample", "spotcheck", "retrain", "emit")
 
 
@@ -79,33 +67,34 @@ class PropelMetrics:
 
     registry: CollectorRegistry
     gauges: dict[str, Gauge]
-    counters: dict[str, Counter]
+    totals: dict[str, Counter]
     queue_depth: Gauge
     cycle: Gauge
-    cycles: Counter
     alerts_fired: Counter
     alert_active: Gauge
     phase_duration: Histogram
-    last_cycle: int | None = field(default=None)
+    degraded: Gauge
+    exported: dict[str, float] = field(default_factory=dict)  # what this process added to each total
 
 
 def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
     """Create every ``propel_`` collector on ``registry`` (a fresh private registry by default)."""
     reg = registry if registry is not None else CollectorRegistry(auto_describe=True)
     gauges = {key: Gauge(name, doc, registry=reg) for key, (name, doc) in GAUGES.items()}
-    counters = {key: Counter(name, doc, registry=reg) for key, (name, doc) in COUNTERS.items()}
+    totals = {key: Counter(name, doc, registry=reg) for key, (name, doc) in TOTALS.items()}
     metrics = PropelMetrics(
         registry=reg,
         gauges=gauges,
-        counters=counters,
+        totals=totals,
         queue_depth=Gauge("propel_queue_depth", "Downstream queue rows by state", ["state"], registry=reg),
-        cycle=Gauge("propel_cycle", "Last cycle whose metrics were exported", registry=reg),
-        cycles=Counter("propel_cycles", "Daemon cycles completed", registry=reg),
+        cycle=Gauge("propel_cycle", "The cycle the daemon is in", registry=reg),
         alerts_fired=Counter("propel_alerts_fired", "Alerts fired", ["rule", "severity"], registry=reg),
         alert_active=Gauge("propel_alert_active", "1 while an alert is open", ["rule", "severity"], registry=reg),
         phase_duration=Histogram(
             "propel_phase_duration_seconds", "Wall time of one daemon phase", ["phase"], registry=reg,
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)),
+        degraded=Gauge("propel_degraded", "1 while the daemon is degraded for this reason (see /v1/status)",
+                       ["reason"], registry=reg),
     )
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape
         metrics.phase_duration.labels(phase=phase)
@@ -114,31 +103,33 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
     return metrics
 
 
-def export_cycle(registry_obj: PropelMetrics, metrics: Mapping[str, float], cycle: int | None = None) -> list[str]:
-    """Export one cycle's metric-table values; returns the names it did not know (to log).
-
-    Gauges are set; ``emitted`` and ``solver_trials`` (per-cycle counts) are added to their
-    counters. With ``cycle``, ``propel_cycle`` is set and ``propel_cycles_total`` incremented, and a
-    cycle at or before the last exported one does not add to the counters again (a daemon that
-    re-runs a cycle after a crash does not double-count).
-    """
-    repeat = cycle is not None and registry_obj.last_cycle is not None and cycle <= registry_obj.last_cycle
-    unknown: list[str] = []
-    for name, value in metrics.items():
+def export_gauges(registry_obj: PropelMetrics, values: Mapping[str, float]) -> list[str]:
+    """Set the gauges of a phase's metric-table values; returns the names that are not gauges (to log)."""
+    other: list[str] = []
+    for name, value in values.items():
         if name in registry_obj.gauges:
             registry_obj.gauges[name].set(float(value))
         elif name == QUEUE_METRIC:
             registry_obj.queue_depth.labels(state="ready").set(float(value))
-        elif name in registry_obj.counters:
-            if not repeat and value > 0:
-                registry_obj.counters[name].inc(float(value))
         else:
-            unknown.append(name)
-    if cycle is not None and not repeat:
-        registry_obj.cycle.set(cycle)
-        registry_obj.cycles.inc()
-        registry_obj.last_cycle = cycle
-    return unknown
+            other.append(name)
+    return other
+
+
+def export_totals(registry_obj: PropelMetrics, totals: Mapping[str, float]) -> None:
+    """Bring each ``_total`` counter up to the stored run total (it only ever grows).
+
+    Called after every saved phase transition with the saved totals: a phase re-run after a crash
+    saved nothing the first time, so nothing is counted twice; a restarted process's first call
+    adds the whole stored total.
+    """
+    for key, value in totals.items():
+        if key not in registry_obj.totals:
+            continue
+        delta = float(value) - registry_obj.exported.get(key, 0.0)
+        if delta > 0:
+            registry_obj.totals[key].inc(delta)
+            registry_obj.exported[key] = float(value)
 
 
 def export_queue_depths(registry_obj: PropelMetrics, depths: Mapping[str, int]) -> None:
@@ -147,18 +138,15 @@ def export_queue_depths(registry_obj: PropelMetrics, depths: Mapping[str, int]) 
         registry_obj.queue_depth.labels(state=state).set(float(depths.get(state, 0)))
 
 
+def export_degraded(registry_obj: PropelMetrics, active: Iterable[str], reasons: Iterable[str]) -> None:
+    """``propel_degraded{reason}``: 1 for each ``active`` reason, 0 for the other known ``reasons``."""
+    on = set(active)
+    for reason in {*reasons, *on}:
+        registry_obj.degraded.labels(reason=reason).set(1.0 if reason in on else 0.0)
+
+
 def observe_phase(registry_obj: PropelMetrics, phase: str, seconds: float) -> None:
     registry_obj.phase_duration.labels(phase=phase).observe(seconds)
-
-
-@contextmanager
-def time_phase(registry_obj: PropelMetrics, phase: str) -> Iterator[None]:
-    """``with time_phase(m, "rl"): …`` observes the block's wall time (also when it raises)."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        observe_phase(registry_obj, phase, time.perf_counter() - start)
 
 
 def render(registry_obj: PropelMetrics) -> tuple[bytes, str]:

@@ -16,17 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.domains.base import Domain, get_domain
-from curriculum.rewards import HardGateReward, ProbeOnlyReward, SoftGateReward
+from curriculum.artifacts import publish_model
+from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.rewards import HardGateReward, ProbeOnlyReward, ProbeReward, SoftGateReward
+from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
+from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
-from daemon.service.settings import band, build_configured_solver, sampling
+from daemon.service.settings import band, build_artifacts, build_configured_solver, sampling
 from probes import (
+    ExtractionConfig,
     FeatureExtractor,
     FeatureSpec,
     FrozenReference,
@@ -34,8 +38,9 @@ from probes import (
     ProbeScorer,
     TrainConfig,
     save_probe,
-    train_probe,
 )
+from probes.fit import fit_probe
+from probes.progress import ProgressReporter
 
 log = logging.getLogger("propel.engine")
 
@@ -76,11 +81,16 @@ class PropelEngine:
         self.cfg, self.store, self.run_id, self.say = cfg, store, run_id, say
         self.domain: Domain = get_domain(cfg.domain.name, **cfg.domain.options)
         self.run_dir = Path(cfg.data_dir) / "runs" / cfg.run_name
+        self.artifacts = build_artifacts(cfg, store)
         generator = resolve_model(cfg.generator.model, cfg, say)
         reference = generator if cfg.reference.model is None else resolve_model(cfg.reference.model, cfg, say)
         use_cpu = not torch.cuda.is_available()
         self.rl_cfg = rl_config(cfg, generator, reference, use_cpu)
+        restored = restore_checkpoint(store, run_id, self.artifacts, self.run_dir / "generator")
+        if restored is not None:
+            say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
         self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
+        self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
@@ -104,13 +114,17 @@ class PropelEngine:
         return texts
 
     def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
-        self.scorer = ProbeScorer.from_artifacts(self.reference, list(artifact_uris), self.cfg.probes.ensemble,
-                                                 list(aux_uris))
+        """Fetch (and verify) the probes from the artifact store, then hot-swap the reward to them."""
+        self.ensemble = EnsembleSpec(self.cfg.probes.ensemble, tuple(artifact_uris), tuple(aux_uris))
+        local = self.artifacts.local_path
+        self.scorer = ProbeScorer.from_artifacts(self.reference, [local(u) for u in artifact_uris],
+                                                 self.cfg.probes.ensemble, [local(u) for u in aux_uris],
+                                                 ExtractionConfig(batch_size=self.cfg.reference.batch_size))
         group = self.cfg.rl.num_generations
         margin = self.cfg.rl.invalid_floor_margin
         texts = self.calibration_texts
         if self.cfg.rl.reward == "hard_gate":
-            self.reward: Any = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
+            self.reward: ProbeReward = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
         elif self.cfg.rl.reward == "soft_gate":
             self.reward = SoftGateReward(self.domain, self.scorer, group)
         else:
@@ -123,16 +137,18 @@ class PropelEngine:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
         texts, labels = self._offline_labels(self.cfg.probes.train_samples)
-        x = FeatureExtractor(self.reference).extract(texts, [self.spec])[self.spec]
+        extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
+        with ProgressReporter("probe features", len(texts), unit="texts") as bar:
+            x = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
         y = np.array([int(bool(lab.in_band)) for lab in labels])
         ids = []
         for member in range(self.cfg.probes.members):
             name = f"{self.cfg.run_name}-primary-{member}"
             probe = self._fit(x, y, name, seed=self.cfg.seed + member, training={
                 "rows": len(texts), "positives": int(y.sum()), "offline_solver_trials": len(texts) * self.band.k})
-            path = save_probe(probe, self.run_dir / "probes" / name)
+            uri = self.artifacts.put_tree(save_probe(probe, self.run_dir / "probes" / name))
             with self.store.session() as s:
-                ids.append(repo.register_probe(s, name, "primary", str(path), self.reference.fingerprint,
+                ids.append(repo.register_probe(s, name, "primary", uri, self.reference.fingerprint,
                                                {"metrics": probe.metrics, "training": probe.training},
                                                run_id=self.run_id))
         with self.store.session() as s:
@@ -145,7 +161,8 @@ class PropelEngine:
         tasks = list({v.task.content_hash: v.task for v in checks}.values())
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
-        labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg))
+        with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
+            labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
         keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
         pos = sum(1 for i in keep if labels[i].in_band)
         if pos == 0 or pos == len(keep):
@@ -154,21 +171,9 @@ class PropelEngine:
         return [self.domain.reference_text(tasks[i]) for i in keep], [labels[i] for i in keep]
 
     def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(y))
-        cut = max(1, int(0.8 * len(y)))
-        tr, va = order[:cut], order[cut:]
-        has_val = len(set(y[va].tolist())) == 2
-        result = train_probe(x[tr], y[tr], self.cfg.probes.architecture, "downsample", TrainConfig(seed=seed),
-                             x[va] if has_val else None, y[va] if has_val else None)
-        metrics: dict[str, Any] = {"train_rows": int(result.train_rows)}
-        if has_val:
-            from probes.metrics import evaluate
-
-            metrics |= evaluate(y[va], result.head.probabilities(x[va])).to_dict()
-        return Probe(result.head, self.spec, self.reference.model_id, self.reference.fingerprint,
-                     self.reference.hidden_size, (self.band.lo, self.band.hi), self.band.k, name=name,
-                     training=training, metrics=metrics)
+        return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,
+                         arch=self.cfg.probes.architecture, config=TrainConfig(seed=seed), name=name,
+                         training=training)
 
     # ---- Engine protocol ---------------------------------------------------------------------
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
@@ -180,8 +185,8 @@ class PropelEngine:
             stats = self.trainer.train_steps(steps, self.reward, self.provenance())
         finally:
             self.trainer.config = self.rl_cfg
-        with self.store.session() as s:
-            repo.add_checkpoint(s, self.run_id, stats.end_step, stats.adapter_hash, stats.checkpoint)
+        record_checkpoint(self.store, self.run_id, self.artifacts, stats.end_step, stats.adapter_hash,
+                          stats.checkpoint, keep=self.rl_cfg.keep_checkpoints)  # a leader elsewhere resumes from it
         out = {"reward_mean": stats.reward_mean, "reward_std": stats.reward_std, "validity": stats.validity_rate,
                "zero_spread_share": stats.zero_spread_share, "steps": float(stats.steps), "step": float(stats.end_step),
                "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
@@ -194,19 +199,26 @@ class PropelEngine:
 
     def score(self, texts: Sequence[str]) -> Scored:
         scores = self.scorer.score(list(texts))
-        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities])
+        return Scored([float(x) for x in scores.logits], [float(p) for p in scores.probabilities], self.ensemble)
 
-    def rewards(self, completions: Sequence[str]) -> list[float]:
-        values = self.reward([""] * len(completions), list(completions))
-        return [float(v) for v in values if v is not None]
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        if scored is None:
+            return self.reward.from_valid_scores(checks, [], [])
+        return self.reward.from_valid_scores(checks, scored.logits, scored.probabilities)
 
     def provenance(self) -> dict[str, Any]:
         return {"generator_step": self.trainer.global_step, "adapter_hash": self.trainer.adapter_hash(),
-                "probe_ensemble_id": self.scorer.ensemble.ensemble_id,
+                "probe_ensemble_id": self.ensemble.key,
                 "reference_fingerprint": self.reference.fingerprint}
 
     def reference_info(self) -> ReferenceInfo:
-        return ReferenceInfo(self.reference.model_id, self.reference.fingerprint, self.spec.layer, self.spec.pooling)
+        """The reference for retrain jobs: a local model directory is published to the artifact store
+        once (a worker fetches it by content address), a hub id is passed as it is."""
+        if self._published_reference is None:  # in-process retrains use the loaded reference: nothing to publish
+            self._published_reference = (self.rl_cfg.reference if self.cfg.broker.embedded
+                                         else publish_model(self.artifacts, self.rl_cfg.reference))
+        return ReferenceInfo(self._published_reference, self.reference.fingerprint, self.spec.layer,
+                             self.spec.pooling)
 
 
 def build_engine(cfg: PropelConfig, store: Store, run_id: int, say: Callable[[str], None]) -> PropelEngine:

@@ -25,7 +25,9 @@ from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
 from daemon.config import PropelConfig
 from daemon.loop.driver import CycleReport, Driver
+from daemon.loop.state import StateError
 from daemon.service.lease import LeaderLease, make_lease
+from daemon.service.settings import build_store
 
 log = logging.getLogger("propel.service")
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 3
@@ -56,6 +58,11 @@ class _Loop:
         with self.busy:
             try:
                 report = self.driver.tick()
+            except StateError as err:  # a newer daemon's state: retrying cannot help
+                log.error("%s", err)
+                self.exit_code = EXIT_FAILED
+                self.stop.set()
+                return
             except Exception:
                 self.failures += 1
                 log.exception("phase failed (%d in a row)", self.failures)
@@ -183,7 +190,7 @@ def open_run(cfg: PropelConfig) -> tuple[Store, int]:
     from migrations import upgrade
 
     upgrade(cfg.database_url)
-    store = Store(cfg.database_url, pool_size=cfg.store.pool_size)
+    store = build_store(cfg)
     config = cfg.model_dump(mode="json", exclude={"api": {"token"}, "store": {"url"}, "broker": {"url"}})
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     with store.session() as s:

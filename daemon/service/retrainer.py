@@ -8,6 +8,7 @@ task id is the job name and the job is idempotent, so a second delivery changes 
 
 from __future__ import annotations
 
+from curriculum.artifacts import ArtifactStore
 from curriculum.domains.base import Domain
 from curriculum.retrain import RetrainSpec, carry_out
 from curriculum.store.db import Store
@@ -18,11 +19,11 @@ from probes import FeatureExtractor
 class InProcessRetrainer:
     """Embedded mode: train now, on the leader's already-loaded frozen reference."""
 
-    def __init__(self, store: Store, domain: Domain, extractor: FeatureExtractor) -> None:
-        self.store, self.domain, self.extractor = store, domain, extractor
+    def __init__(self, store: Store, domain: Domain, extractor: FeatureExtractor, artifacts: ArtifactStore) -> None:
+        self.store, self.domain, self.extractor, self.artifacts = store, domain, extractor, artifacts
 
     def submit(self, spec: RetrainSpec) -> None:
-        carry_out(self.store, spec, self.domain, lambda _reference: self.extractor)
+        carry_out(self.store, spec, self.domain, lambda _reference: self.extractor, lambda: self.artifacts)
 
 
 class CeleryRetrainer:

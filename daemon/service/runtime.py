@@ -6,16 +6,17 @@ from collections.abc import Callable
 from threading import Event
 from typing import TYPE_CHECKING, Any
 
-from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig, mask_url
+from daemon.loop import health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
+from daemon.loop.state import DriverState
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
-from daemon.ops.metrics import PropelMetrics, build_metrics, export_cycle, export_queue_depths
+from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
 
@@ -58,7 +59,7 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
     from daemon.service.retrainer import CeleryRetrainer, InProcessRetrainer
 
     if cfg.broker.embedded:
-        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor)
+        return InProcessRetrainer(store, engine.domain, engine.scorer.extractor, engine.artifacts)
     return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
 
 
@@ -68,6 +69,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     store, run_id = open_run(cfg)
     metrics = build_metrics()
+    export_degraded(metrics, [], health.REASONS)
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
@@ -78,22 +80,15 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
         spot = build_spot(cfg, store, engine)
         retrainer = build_retrainer(cfg, store, engine)
         return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
-                      should_stop=stop.is_set)
+                      should_stop=stop.is_set, metrics=metrics)
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:
         def start_api() -> Callable[[], None]:
-            from daemon.http.api import ApiContext, create_app
             from daemon.http.server import start_api_thread
+            from daemon.service.api_app import build_api_app
 
-            sc = cfg.spotcheck
-            ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,
-                             max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
-                             min_valid_trials=sc.min_valid_trials,
-                             heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes)
-            app = create_app(ctx)
-            app.state.alert_rules = cfg.alerts.rules
-            stop = start_api_thread(cfg, app)
+            stop = start_api_thread(cfg, build_api_app(cfg, store, metrics))
             progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
             return stop
 
@@ -106,38 +101,32 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
 
 class ServiceHooks(DriverHooks):
-    """Prometheus export of every recorded metric; alert rules with their mitigations."""
+    """Alert rules with their mitigations (applied to the typed driver state)."""
 
     def __init__(self, cfg: PropelConfig, store: Store, run_id: int, metrics: PropelMetrics,
                  progress: Progress) -> None:
-        self.metrics, self.progress, self.store = metrics, progress, store
+        self.progress, self.metrics = progress, metrics
         self.alerts_mgr = AlertManager(store, run_id, cfg.run_name, cfg.alerts.rules,
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
-    def export(self, cycle: int, values: dict[str, float]) -> None:
-        export_cycle(self.metrics, values, cycle=cycle)
-        with self.store.session() as s:
-            export_queue_depths(self.metrics, repo.queue_depths(s))
-
-    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
-               counters: dict[str, Any]) -> None:
+    def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
         res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
-        paused = set(counters.get("paused_topics", []))
-        for event in res.fired:
-            self.progress.say(f"[red]alert[/red] {event.rule} fired at cycle {cycle} (value {event.value:.3g})")
+        paused = set(state.paused_topics)
+        # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:
-            self.progress.say(f"[green]resolved[/green] {event.rule} at cycle {cycle}")
-            paused -= set(counters.get("paused_by", {}).pop(event.rule, []))
+            paused -= set(state.paused_by.pop(event.rule, []))
         for m in res.mitigations:
-            self.progress.say(f"mitigation {m.kind.value} (rule {m.rule}, topic {m.topic})")
             if m.kind == MitigationKind.RAISE_KL:
-                counters["kl_factor"] = float(m.factor or 2.0)
+                state.kl_factor = float(m.factor or 2.0)
             elif m.kind == MitigationKind.RETRAIN_AUX_TOPIC:
-                counters["force_retrain"] = True
+                state.force_retrain = True
             elif m.kind == MitigationKind.PAUSE_TOPIC and m.topic:
                 paused.add(m.topic)
-                counters.setdefault("paused_by", {}).setdefault(m.rule, []).append(m.topic)
-        counters["paused_topics"] = sorted(paused)
+                state.paused_by.setdefault(m.rule, []).append(m.topic)
+        state.paused_topics = sorted(paused)
+
+    def degraded(self, state: dict[str, dict[str, Any]]) -> None:
+        export_degraded(self.metrics, state, health.REASONS)
 
     def close(self) -> None:
         self.alerts_mgr.close()

@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import Band
 from curriculum.staleness import StalenessPolicy
+from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from daemon.loop.frontier import FrontierSettings
+from probes.band import Band
 from workers.runtime import WorkerSettings
 
 
@@ -59,7 +61,21 @@ def worker_settings(cfg: PropelConfig) -> WorkerSettings:
         domain_options=dict(cfg.domain.options), solver=solver_kwargs(cfg),
         sampling={"temperature": cfg.solver.temperature, "max_tokens": cfg.solver.max_tokens},
         visibility_timeout_s=cfg.broker.visibility_timeout_s, task_time_limit_s=cfg.broker.task_time_limit_s,
+        artifacts_url=cfg.artifacts_url, artifacts_cache=str(artifact_cache_dir(cfg)),
     )
+
+
+def artifact_cache_dir(cfg: PropelConfig) -> Path:
+    """Where fetched artifacts are materialised on this machine (a cache: safe to delete)."""
+    return Path(cfg.data_dir).absolute() / "cache" / "artifacts"
+
+
+def build_artifacts(cfg: PropelConfig, store: Store) -> ArtifactStore:
+    """The configured content-addressed artifact store (``artifacts.url``, default resolved)."""
+    try:
+        return open_artifacts(cfg.artifacts_url, store, artifact_cache_dir(cfg))
+    except ArtifactError as err:
+        raise ConfigError("artifacts", [("artifacts.url", str(err))]) from None
 
 
 def driver_settings(cfg: PropelConfig) -> DriverSettings:
@@ -75,8 +91,9 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
-        probe_dir=str(Path(cfg.data_dir).absolute() / "runs" / cfg.run_name / "probes"),  # workers write here
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
+        spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
+        worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
         frontier=frontier_settings(cfg))
 
 
@@ -94,3 +111,8 @@ def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
         staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
         refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
         refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels)
+
+
+def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:
+    """The configured store (``store.url``, ``store.pool_size``, ``store.echo``)."""
+    return Store(cfg.database_url, pool_size=pool_size or cfg.store.pool_size, echo=cfg.store.echo)

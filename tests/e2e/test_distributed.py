@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, ProbeRow, QueueItem, RetrainJob, SolverTrial
+from daemon.loop.state import DriverState
 from tests.e2e.conftest import kill, run_state, start_daemon, wait_until, write_config
 from tests.integration.servers import free_port
 from workers.local import start_worker, stop
@@ -100,7 +101,7 @@ def _check(store: Store, run: str, clog: Path) -> None:
     assert not [e for e in acks if e["status"] not in ("acked", "already_acked")
                 and "Connection refused" not in e["status"]], "an ack without a live lease"
     assert trials == distinct > 0 and consumer_labels == len(queued)
-    assert state.cycle == 3 and state.counters["emitted_total"] == len(queued)
+    assert state.cycle == 3 and DriverState.model_validate(state.counters).totals.emitted == len(queued)
     _check_retrains(store, state)
 
 
@@ -112,10 +113,11 @@ def _check_retrains(store: Store, state: DaemonState) -> None:
     assert jobs, "no retrain job in three cycles (false positives are expected at this probe quality)"
     finished = [j for j in jobs if j.state != "pending"]
     assert all(j.state in ("done", "skipped") for j in finished), [(j.name, j.reason) for j in finished]
-    assert all(j.name == state.counters.get("retrain_job") for j in jobs if j.state == "pending")
+    retrain_job = DriverState.model_validate(state.counters).retrain_job
+    assert all(j.name == retrain_job for j in jobs if j.state == "pending")
     done = [j for j in finished if j.state == "done"]
     if done:  # activated at the retrain phase after the worker finished
-        assert [p.id for p in aux] == [done[-1].probe_id] or state.counters.get("retrain_job") == done[-1].name
+        assert [p.id for p in aux] == [done[-1].probe_id] or retrain_job == done[-1].name
 
 
 def test_two_daemons_one_leader(tmp_path: Path, tiny_generator: Path, pg_store: Store, pg_url: str) -> None:

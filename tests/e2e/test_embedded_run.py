@@ -3,6 +3,7 @@ from a fresh data directory: it completes, emits tasks, and a restart continues 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,15 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
         assert messages, "no task was emitted"
         for m in messages:
             FrontierTask.model_validate(m)
-        assert steps == [2, 4, 6] and len(primaries) == 1 and cycles == 3
+        assert steps == [4, 6] and len(primaries) == 1 and cycles == 3  # the newest rl.keep_checkpoints rows
+        # restart on "another machine": no local checkpoint, the newest row's artifact drives resume
+        shutil.rmtree(tmp_path / "data" / "runs" / "emb" / "generator")
         proc = start_daemon(cfg, log, "--cycles", "1", "--no-api")  # restart: continues, does not redo
         assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
         assert run_state(store, "emb")[:2] == ("rl", 4)
         with store.session() as s:
             assert s.scalars(select(func.max(GeneratorCheckpoint.step))).one() == 8
             assert len(s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()) == 1
+        assert "restored RL checkpoint step 6 from the artifact store" in log.read_text()
     finally:
         store.dispose()

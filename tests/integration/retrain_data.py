@@ -6,14 +6,16 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from curriculum.artifacts import ArtifactStore, open_artifacts
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.retrain import RetrainSpec
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band, harvest_labels, run_spotcheck
-from curriculum.store import repo
+from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from probes import FrozenReference
+from probes.band import Band
 
 BAND = Band(8, 1, 3, 6)
 
@@ -30,9 +32,11 @@ def tiny_reference(save_to: Path | None = None) -> FrozenReference:
     return FrozenReference.load(str(save_to))
 
 
-def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60) -> tuple[int, list[int]]:
-    """A run with ``n_tasks`` valid arith tasks, primary-probe scores (a function of complexity) and
-    k=8 spot-check labels from the synthetic solver; returns (run id, task ids)."""
+def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60,
+                      fp_threshold: float = 0.5) -> tuple[int, list[int]]:
+    """A run with ``n_tasks`` valid arith tasks, ensemble scores (a function of complexity), k=8
+    spot-check labels from the synthetic solver and the false positives among them (threshold 0.5)
+    recorded as the leader records them (at ``fp_threshold``); returns (run id, task ids)."""
     dom, rng = ArithDomain(), random.Random(0)
     new, probs, seen = [], [], set()
     while len(new) < n_tasks:
@@ -47,19 +51,29 @@ def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60) -> tupl
         ids = repo.add_tasks(s, run_id, new)
         pid = repo.register_probe(s, f"{name}-primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
         repo.set_active_probes(s, [pid], run_id)
-        repo.record_probe_scores(s, pid, [(i, p * 10 - 5, p) for i, p in zip(ids, probs, strict=True)])
+        ens = lineage.record_ensemble(s, run_id, lineage.EnsembleSpec("min", ("file:///p",)))
+        lineage.record_probe_scores(s, ens, [(i, p * 10 - 5, p) for i, p in zip(ids, probs, strict=True)])
     solver = build_solver("synthetic", seed=1)
     run_spotcheck(store, dom, solver, ids, BAND.k, Sampling())
-    harvest_labels(store, ids, solver.solver_id, BAND)
+    labels = harvest_labels(store, ids, solver.solver_id, BAND)
+    by_id = dict(zip(ids, probs, strict=True))
+    fps = false_positives([(t, True, by_id[t], lab) for t, lab in labels.items()], fp_threshold, BAND)
+    with store.session() as s:  # what the leader's spot-check phase records
+        lineage.add_false_positives(s, [(t, ens, side, solved, k, p) for t, side, solved, k, p in fps])
     return run_id, ids
 
 
-def spec_for(run_id: int, reference: FrozenReference, artifact_dir: Path, name: str = "rt-aux-c0",
+def artifacts_for(store: Store, work_dir: Path) -> ArtifactStore:
+    """The database artifact store (the distributed default) with a cache under ``work_dir``."""
+    return open_artifacts("db", store, work_dir / "artifact-cache")
+
+
+def spec_for(run_id: int, reference: FrozenReference, name: str = "rt-aux-c0",
              reference_path: str | None = None, **overrides: object) -> RetrainSpec:
     values: dict[str, object] = dict(
         run_id=run_id, name=name, cycle=0, reference=reference_path or reference.model_id,
         reference_fingerprint=reference.fingerprint, layer=2, pooling="mean_full", k=BAND.k, band_lo=BAND.lo,
         band_hi=BAND.hi, min_valid_trials=BAND.min_valid_trials, threshold=0.5, arch="linear",
-        collapse_topic=False, artifact_dir=str(artifact_dir), seed=0)
+        collapse_topic=False, seed=0)
     values.update(overrides)
     return RetrainSpec(**values)  # type: ignore[arg-type]

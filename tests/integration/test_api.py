@@ -101,7 +101,14 @@ def test_health_metrics_openapi(api: tuple[str, Store]) -> None:
         run_id = repo.get_or_create_run(s, "api", "h", {})
         repo.load_state(s, run_id)
         s.execute(update(DaemonState).values(heartbeat_at=utcnow()))
-    assert httpx.get(f"{url}/healthz").status_code == 200
+    no_leader = httpx.get(f"{url}/healthz")  # beating but nobody holds the lease: not live
+    assert no_leader.status_code == 503 and any("no leader" in p for p in no_leader.json()["problems"])
+    with store.session() as s:
+        s.execute(update(DaemonState).values(leader_id="host:1:abc"))
+    live = httpx.get(f"{url}/healthz")
+    assert live.status_code == 200, live.json()
+    assert live.json()["problems"] == [] and live.json()["leader"] == "host:1:abc"
+    assert live.json()["degraded"] == []
     assert httpx.get(f"{url}/metrics").status_code == 200
     spec = httpx.get(f"{url}/openapi.json").json()
     assert "/v1/tasks/lease" in spec["paths"] and "/v1/tasks/{task_id}/ack" in spec["paths"]

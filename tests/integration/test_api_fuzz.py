@@ -38,7 +38,9 @@ def _seed(store: Store) -> None:
         queue.enqueue(s, [(t, run_id, "add:1", {"id": t, "schema_version": 1}) for t in ids])
         repo.load_state(s, run_id)
         repo.save_state(s, run_id, phase="sample", cycle=2, counters={"emitted_total": 3})
-        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(heartbeat_at=utcnow()))
+        # a live daemon: fresh heartbeat and a leader (else /healthz answers 503, which is its job)
+        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(heartbeat_at=utcnow(),
+                                                                                 leader_id="fuzz-leader"))
         repo.record_metrics(s, run_id, 1, {"validity": 0.9, "self_bleu3": 0.2})
         repo.register_probe(s, "p0", "primary", "file:///p0", "sha256:ref", {}, active=True, run_id=run_id)
 

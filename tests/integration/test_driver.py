@@ -9,37 +9,82 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
-from curriculum.domains.base import Task
+from curriculum.domains.base import Task, Validity
 from curriculum.retrain import RetrainSpec, job_outcome, run_retrain
+from curriculum.rewards import HardGateReward
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band
-from curriculum.store import repo
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store
-from curriculum.store.models import FalsePositive, Label, MetricPoint, ProbeRow, QueueItem, TaskRow
+from curriculum.store.lineage import EnsembleSpec
+from curriculum.store.models import (
+    FalsePositive,
+    Label,
+    MetricPoint,
+    ProbeEnsembleRow,
+    ProbeRow,
+    ProbeScore,
+    QueueItem,
+    TaskRow,
+)
 from daemon.loop.driver import Driver, DriverSettings
 from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
 from daemon.service.retrainer import InProcessRetrainer
 from daemon.service.spot import InProcessSpotChecker
-from probes import FeatureExtractor, FrozenReference
+from probes import FeatureExtractor, FrozenReference, Scores
+from probes.band import Band
 from propel_sdk.schema import FrontierTask
-from tests.integration.retrain_data import tiny_reference
+from tests.integration.retrain_data import artifacts_for, tiny_reference
 
 pytestmark = pytest.mark.integration
 
 
-class FakeEngine:
-    """Samples random arith expressions; 'probability' is a fixed function of complexity."""
+class CountingArith(ArithDomain):
+    """The arith domain, counting the completions it validates (one pass per sample batch)."""
 
     def __init__(self) -> None:
-        self.domain = ArithDomain()
+        super().__init__()
+        self.validated = 0
+
+    def validate_batch(self, texts: list[str]) -> list[Validity]:
+        self.validated += len(texts)
+        return super().validate_batch(texts)
+
+
+class ComplexityScorer:
+    """Ensemble scores as a fixed function of task complexity; counts the texts it scored."""
+
+    def __init__(self) -> None:
+        self.scored = 0
+
+    def score(self, texts: Sequence[str]) -> Scores:
+        self.scored += len(texts)
+        probs = np.array([min(0.99, complexity(Task("arith", t.removeprefix("Q:"))) / 12) for t in texts])
+        return Scores(probs * 10 - 5, probs, np.zeros((1, len(texts))))
+
+
+class FakeEngine:
+    """Samples random arith expressions; 'probability' is a fixed function of complexity; the reward is
+    the real hard gate over those scores."""
+
+    def __init__(self) -> None:
+        self.domain = CountingArith()
+        self.scorer = ComplexityScorer()
+        self.reward = HardGateReward(self.domain, self.scorer, floor=-6.0, group_size=1)
         self.step = 0
+        self.members: tuple[str, ...] = ("file:///p",)
+        self.aux: tuple[str, ...] = ()
         self.loaded: list[tuple[list[str], list[str]]] = []
         self.kl_factors: list[float] = []
+
+    @property
+    def ensemble(self) -> EnsembleSpec:
+        return EnsembleSpec("min", self.members, self.aux)
 
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
         self.step += steps
@@ -51,18 +96,20 @@ class FakeEngine:
         return [random_expression(rng, rng.randint(1, 6)) if i % 10 else "12+" for i in range(n)]
 
     def score(self, texts: Sequence[str]) -> Scored:
-        probs = [min(0.99, complexity(Task("arith", t.removeprefix("Q:"))) / 12) for t in texts]
-        return Scored([p * 10 - 5 for p in probs], probs)
+        scores = self.scorer.score(texts)
+        return Scored(scores.logits.tolist(), scores.probabilities.tolist(), self.ensemble)
 
-    def rewards(self, completions: Sequence[str]) -> list[float]:
-        return [float(len(c) % 5) for c in completions]
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        return self.reward.from_valid_scores(checks, scored.logits if scored else [],
+                                             scored.probabilities if scored else [])
 
     def provenance(self) -> dict[str, Any]:
-        return {"generator_step": self.step, "adapter_hash": f"a{self.step}", "probe_ensemble_id": "ens1",
+        return {"generator_step": self.step, "adapter_hash": f"a{self.step}", "probe_ensemble_id": self.ensemble.key,
                 "reference_fingerprint": "sha256:ref"}
 
     def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
         self.loaded.append((list(artifact_uris), list(aux_uris)))
+        self.members, self.aux = tuple(artifact_uris), tuple(aux_uris)
 
     def reference_info(self) -> ReferenceInfo:
         return ReferenceInfo("tiny", reference().fingerprint, 2, "mean_full")
@@ -88,20 +135,21 @@ class QueuedRetrainer:
         self.specs.append(spec)
 
 
-def make_driver(store: Store, probe_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
+def make_driver(store: Store, work_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
     """The fake engine, in-process spot-checks with the synthetic solver, real retrains on the tiny
     reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
     settings = DriverSettings(**{
         "run_name": "drv", "sample_size": 40, "band": Band(8, 1, 3, 6), "budget_per_cycle": 20,
         "retrain_min_false_positives": 3, "min_probability": 0.3, "max_topic_share": 0.5,
-        "diversity_sample_size": 32, "probe_arch": "linear", "probe_dir": str(probe_dir), **kw})
+        "diversity_sample_size": 32, "probe_arch": "linear", **kw})
     with store.session() as s:
         run_id = repo.get_or_create_run(s, settings.run_name, "h", {})
         pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
         repo.set_active_probes(s, [pid], run_id)
     engine = FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
-    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()))
+    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()),
+                                                artifacts_for(store, work_dir))
     return Driver(store, run_id, engine, spot, retrainer, settings), engine
 
 
@@ -109,7 +157,7 @@ def test_three_cycles(store: Store, tmp_path: Path) -> None:
     driver, engine = make_driver(store, tmp_path)
     phases = [driver.tick().phase for _ in range(15)]
     assert phases == ["rl", "sample", "spotcheck", "retrain", "emit"] * 3
-    phase, cycle, counters = driver.state()
+    phase, cycle, state = driver.state()
     assert (phase, cycle) == ("rl", 3)
     with store.session() as s:
         tasks = s.execute(select(func.count()).select_from(TaskRow)).scalar_one()
@@ -121,7 +169,7 @@ def test_three_cycles(store: Store, tmp_path: Path) -> None:
         metric_names = set(s.scalars(select(MetricPoint.name).where(MetricPoint.cycle == 2)))
     assert tasks > 60 and invalid >= 1 and labels >= 40
     assert fps >= 3 and aux and engine.loaded and engine.loaded[-1][1] == [aux[-1].artifact_uri]
-    assert counters["emitted_total"] == len(msgs) > 0
+    assert state.totals.emitted == len(msgs) > 0
     assert len({m["id"] for m in msgs}) == len(msgs)
     for m in msgs:
         FrontierTask.model_validate(m)
@@ -140,7 +188,7 @@ def test_rerunning_a_phase_duplicates_nothing(store: Store, tmp_path: Path) -> N
     # a crash right after the emit phase's writes but "before" the transition: replay cycle 0's phases
     for phase in ("sample", "spotcheck", "emit"):
         with store.session() as s:
-            repo.save_state(s, driver.run_id, phase=phase, cycle=0, counters=driver.state()[2])
+            repo.save_state(s, driver.run_id, phase=phase, cycle=0, counters=driver.state()[2].stored())
         driver.tick()
     with store.session() as s:
         after = (s.execute(select(func.count()).select_from(TaskRow)).scalar_one(),
@@ -165,8 +213,8 @@ def test_broker_down_defers_spotchecks_and_rl_goes_on(store: Store, tmp_path: Pa
     driver.spot = DownBroker()
     for _ in range(10):
         driver.tick()
-    _, cycle, counters = driver.state()
-    assert cycle == 2 and counters["spotcheck_undispatched"] and driver.spot.calls == 2
+    _, cycle, state = driver.state()
+    assert cycle == 2 and state.spotcheck_undispatched and driver.spot.calls == 2
 
 
 def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
@@ -184,13 +232,14 @@ def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tm
     driver, engine = make_driver(store, tmp_path, retrainer=queued)
     _tick_to(driver, "retrain", 0)
     driver.tick()
-    counters = driver.state()[2]
-    assert len(queued.specs) == 1 and counters["retrain_job"] == queued.specs[0].name
+    state = driver.state()[2]
+    assert len(queued.specs) == 1 and state.retrain_job == queued.specs[0].name
     assert not _aux(store) and engine.loaded == []
     _tick_to(driver, "retrain", 1)
     assert driver.tick().values["retrain_pending"] == 1.0  # the worker has not run: still pending
     assert len(queued.specs) == 1, "no second job while one is pending"
-    worker = run_retrain(store, queued.specs[0], engine.domain, FeatureExtractor(reference()))  # the worker
+    worker = run_retrain(store, queued.specs[0], engine.domain, FeatureExtractor(reference()),  # the worker
+                         artifacts_for(store, tmp_path / "worker"))
     assert worker.state == "done"
     _tick_to(driver, "rl", 2)
     steps_before = engine.step
@@ -201,18 +250,19 @@ def test_a_queued_retrain_is_activated_before_the_next_rl_chunk(store: Store, tm
     assert engine.loaded[-1][1] == [aux[0].artifact_uri]
     with store.session() as s:
         consumed = set(s.scalars(select(FalsePositive.task_id).where(FalsePositive.consumed)))
-    assert consumed == set(worker.false_positive_ids) and "retrain_job" not in driver.state()[2]
+    assert consumed == set(worker.false_positive_ids) and driver.state()[2].retrain_job is None
 
 
 def test_retrain_dispatch_is_retried_when_the_broker_is_down(store: Store, tmp_path: Path) -> None:
     queued = QueuedRetrainer(fail_first=1)
     driver, _ = make_driver(store, tmp_path, retrainer=queued)
     _tick_to(driver, "emit", 0)
-    counters = driver.state()[2]
-    assert counters["retrain_undispatched"] and queued.specs == [] and job_outcome(store, counters["retrain_job"])
+    state = driver.state()[2]
+    assert state.retrain_undispatched and queued.specs == [] and state.retrain_job
+    assert job_outcome(store, state.retrain_job)
     _tick_to(driver, "emit", 1)
-    assert [s.name for s in queued.specs] == [counters["retrain_job"]]  # the same job, re-sent
-    assert driver.state()[2]["retrain_undispatched"] is False
+    assert [s.name for s in queued.specs] == [state.retrain_job]  # the same job, re-sent
+    assert driver.state()[2].retrain_undispatched is False
 
 
 def test_a_retrain_with_no_outcome_is_given_up_after_the_timeout(store: Store, tmp_path: Path) -> None:
@@ -226,3 +276,39 @@ def test_a_retrain_with_no_outcome_is_given_up_after_the_timeout(store: Store, t
     assert outcome is not None and outcome.state == "failed" and "no outcome" in (outcome.reason or "")
     assert report.values["retrain_failed"] == 1.0
     assert len(queued.specs) == 2, "false positives still pending: a new job starts at once"
+
+
+def test_every_emitted_message_names_the_ensemble_whose_score_it_carries(store: Store, tmp_path: Path) -> None:
+    driver, engine = make_driver(store, tmp_path)
+    loaded_at_emit: list[str] = []
+    for _ in range(15):
+        if driver.state()[0] == "emit":
+            loaded_at_emit.append(engine.ensemble.key)
+        driver.tick()
+    with store.session() as s:
+        msgs = [q.message for q in s.scalars(select(QueueItem).order_by(QueueItem.id))]
+        keys_in_use = set(s.scalars(select(ProbeEnsembleRow.key).where(ProbeEnsembleRow.run_id == driver.run_id)))
+        for m in msgs:
+            ens = lineage.ensemble_by_key(s, driver.run_id, m["provenance"]["probe_ensemble_id"])
+            assert ens is not None, m["provenance"]
+            newest = s.scalars(select(ProbeScore).where(ProbeScore.task_id == m["id"])
+                               .order_by(ProbeScore.id.desc()).limit(1)).one()
+            assert newest.ensemble_id == ens.id and newest.probability == m["predicted_in_band"]
+            assert [x["artifact_uri"] for x in ens.members] == ["file:///p"]
+    assert msgs and len(keys_in_use) >= 2, "an aux probe was activated: a second ensemble scored later samples"
+    # the retrain phase swapped the ensemble between a cycle's sample and its emit: those messages name
+    # the ensemble that scored them, not the one loaded at emit time
+    emitted_keys = {m["provenance"]["probe_ensemble_id"] for m in msgs}
+    assert emitted_keys - set(loaded_at_emit), (emitted_keys, loaded_at_emit)
+
+
+def test_one_validate_and_score_pass_per_sample_phase(store: Store, tmp_path: Path) -> None:
+    driver, engine = make_driver(store, tmp_path, sample_size=30)
+    for cycle in range(2):
+        _tick_to(driver, "sample", cycle)
+        engine.domain.validated, engine.scorer.scored = 0, 0
+        report = driver.tick()
+        valid = round(report.values["validity"] * 30)
+        assert engine.domain.validated == 30, "every sample is validated once (reward and RVP reuse it)"
+        assert engine.scorer.scored == valid, "every valid sample is scored once"
+        assert report.values["reward_var"] > 0

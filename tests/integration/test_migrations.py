@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -12,6 +14,7 @@ from sqlalchemy import inspect, text
 from curriculum.store.db import Store
 from curriculum.store.models import Base
 from migrations import downgrade, upgrade
+from tests.conftest import _clean
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +51,24 @@ def test_sqlite_round_trip(tmp_path: Path) -> None:
     _round_trip(f"sqlite:///{tmp_path / 'm.db'}")
 
 
-def test_postgres_round_trip(pg_url: str) -> None:
-    _round_trip(pg_url)
+@pytest.fixture
+def emptied_pg_url(pg_url: str) -> str:
+    """The session database without rows left by earlier tests (a downgrade must not trip over them)."""
+    store = Store(pg_url)
+    try:
+        _clean(store)
+    finally:
+        store.dispose()
+    return pg_url
+
+
+def test_postgres_round_trip(emptied_pg_url: str) -> None:
+    _round_trip(emptied_pg_url)
 
 
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0005_assigns_existing_probes_to_their_run(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
     upgrade(url, "0004")
@@ -79,14 +93,76 @@ def test_0005_assigns_existing_probes_to_their_run(db: str, tmp_path: Path, requ
     assert owners == {"a-primary-0": 1, "a-b-aux-c1": 2, "hand-made": None}
 
 
+def _seed_0005(conn: Any) -> None:
+    conn.execute(text("INSERT INTO runs (id, name, config_hash, config, created_at) VALUES "
+                      "(1, 'a', 'h', '{}', CURRENT_TIMESTAMP)"))
+    conn.execute(text("INSERT INTO tasks (id, run_id, domain, content_hash, text, payload, valid, created_at) VALUES "
+                      "(1, 1, 'arith', 'h1', '1+2', '{}', true, CURRENT_TIMESTAMP), "
+                      "(2, 1, 'arith', 'h2', '3*4', '{}', true, CURRENT_TIMESTAMP)"))
+    conn.execute(text(
+        "INSERT INTO probes (id, run_id, name, role, artifact_uri, reference_fingerprint, meta, active, created_at) "
+        "VALUES (1, 1, 'a-primary-0', 'primary', '/p0', 'f', '{}', true, CURRENT_TIMESTAMP), "
+        "(2, 1, 'a-primary-1', 'primary', '/p1', 'f', '{}', false, CURRENT_TIMESTAMP)"))
+    conn.execute(text("INSERT INTO probe_scores (task_id, probe_id, logit, probability, created_at) VALUES "
+                      "(1, 1, 1.5, 0.8, CURRENT_TIMESTAMP), (2, 1, -1.0, 0.3, CURRENT_TIMESTAMP), "
+                      "(1, 2, 0.5, 0.6, CURRENT_TIMESTAMP)"))
+    conn.execute(text("INSERT INTO false_positives (task_id, probe_id, side, solved, k, score, consumed, created_at) "
+                      "VALUES (1, 1, 'too_easy', 8, 8, 0.8, false, CURRENT_TIMESTAMP)"))
+    conn.execute(text("INSERT INTO generator_checkpoints (run_id, step, adapter_hash, path, created_at) VALUES "
+                      "(1, 10, 'adapter-x', '/ck/10', CURRENT_TIMESTAMP)"))
+
+
+_SCORES_0005 = "SELECT task_id, probe_id, logit, probability FROM probe_scores ORDER BY task_id, probe_id"
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0006_carries_scores_over_to_ensembles_and_back(db: str, tmp_path: Path,
+                                                       request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0005")
+    store = Store(url)
+    try:
+        with store.engine.begin() as conn:
+            _seed_0005(conn)
+            before = conn.execute(text(_SCORES_0005)).all()
+        upgrade(url, "0006")
+        with store.engine.connect() as conn:
+            ensembles = {r.id: r for r in conn.execute(text("SELECT id, run_id, key, members FROM probe_ensembles"))}
+            scores = conn.execute(text("SELECT task_id, ensemble_id, logit, probability FROM probe_scores")).all()
+            fps = conn.execute(text("SELECT task_id, ensemble_id, side FROM false_positives")).all()
+            ck = conn.execute(text("SELECT step, artifact_uri FROM generator_checkpoints")).one()
+        by_key = {e.key: e for e in ensembles.values()}
+        assert set(by_key) == {"legacy-probe-1", "legacy-probe-2"} and by_key["legacy-probe-1"].run_id == 1
+        members = by_key["legacy-probe-1"].members
+        members = json.loads(members) if isinstance(members, str) else members
+        assert members == [{"probe_id": 1, "name": "a-primary-0", "artifact_uri": "/p0", "sha256": None}]
+        assert sorted((t, ensembles[e].key, lg, p) for t, e, lg, p in scores) == [
+            (1, "legacy-probe-1", 1.5, 0.8), (1, "legacy-probe-2", 0.5, 0.6), (2, "legacy-probe-1", -1.0, 0.3)]
+        assert [(t, ensembles[e].key, side) for t, e, side in fps] == [(1, "legacy-probe-1", "too_easy")]
+        assert tuple(ck) == (10, "/ck/10")
+        downgrade(url, "0005")
+        with store.engine.connect() as conn:
+            after = conn.execute(text(_SCORES_0005)).all()
+            fps_back = conn.execute(text("SELECT task_id, probe_id, side FROM false_positives")).all()
+            path = conn.execute(text("SELECT path FROM generator_checkpoints")).scalar_one()
+        assert after == before and [tuple(r) for r in fps_back] == [(1, 1, "too_easy")] and path == "/ck/10"
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+
+
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Path,
                                                           request: pytest.FixtureRequest) -> None:
     """Existing trials and labels get the name/version their solver id implies; downgrade keeps them."""
-    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
-    upgrade(url, "0005")
+    upgrade(url, "0006")
     store = Store(url)
     ids = ("synthetic:arith(seed=0)", "policy@step-1200", "policy@v1.2.10")
     try:
@@ -105,7 +181,7 @@ def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Pa
             labels = set(conn.execute(text("SELECT solver_id, solver_name, solver_version, errors, solved "
                                            "FROM labels")).all())
             versions = set(conn.execute(text("SELECT solver, version, ordinal, source FROM solver_versions")).all())
-        downgrade(url, "0005")
+        downgrade(url, "0006")
         with store.engine.connect() as conn:
             after_down = set(conn.execute(text("SELECT solver_id, solved FROM labels")).all())
             trials_down = {r[0] for r in conn.execute(text("SELECT solver_id FROM solver_trials"))}
@@ -130,7 +206,7 @@ def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Pa
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path: Path,
                                                             request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
     upgrade(url)
@@ -146,7 +222,7 @@ def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path:
             conn.execute(text(insert), [{"t": 1, "s": "stale"}, {"t": 2, "s": "ready"}])
         with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
             conn.execute(text(insert), {"t": 3, "s": "bogus"})
-        downgrade(url, "0005")
+        downgrade(url, "0006")
         with store.engine.connect() as conn:
             states = dict(conn.execute(text("SELECT task_id, state FROM queue")).all())
         with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:

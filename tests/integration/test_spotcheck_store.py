@@ -7,10 +7,11 @@ from sqlalchemy import select
 
 from curriculum.domains.arith import ArithDomain
 from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import Band, false_positives, harvest_labels, run_spotcheck
-from curriculum.store import repo
+from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
+from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, SolverTrial
+from probes.band import Band
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +67,9 @@ def test_trials_labels_and_false_positives(store: Store) -> None:
         ids[0]: (8, 8, False), ids[1]: (2, 8, True), ids[2]: (0, 8, False), ids[3]: (0, 0, None)}
     fps = false_positives([(i, True, 0.9, labels[i]) for i in ids], 0.5, band)
     with store.session() as s:
-        pid = repo.register_probe(s, "p", "primary", "file:///p", "fp", {})
-        assert repo.add_false_positives(s, pid, fps) == 2
+        repo.register_probe(s, "p", "primary", "file:///p", "fp", {})
+        ens = lineage.record_ensemble(s, None, lineage.EnsembleSpec("min", ("file:///p",)))
+        assert lineage.add_false_positives(s, [(t, ens, *rest) for t, *rest in fps]) == 2
         sides = {r.task_id: r.side for r in s.scalars(select(FalsePositive))}
         nulls = s.scalars(select(SolverTrial.reason).where(SolverTrial.outcome == "null")).all()
         stored = s.scalars(select(Label)).all()

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from curriculum.store import queue, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import ProbeScore, SolverTrial, TaskRow, utcnow
+from curriculum.store.models import ProbeEnsembleRow, ProbeScore, SolverTrial, TaskRow, utcnow
 
 pytestmark = pytest.mark.integration
 
@@ -80,10 +80,14 @@ def test_probes_scores_false_positives(store: Store) -> None:
         p2 = repo.register_probe(s, "aux1", "aux", "file:///a1", "fp", {})
         assert repo.register_probe(s, "p1", "primary", "file:///other", "fp", {}) == p1
         repo.set_active_probes(s, [p1, p2])
-        assert repo.record_probe_scores(s, p1, [(i, 1.5, 0.8) for i in ids]) == 4
-        assert repo.record_probe_scores(s, p1, [(ids[0], 9.0, 0.9)]) == 0
-        assert repo.add_false_positives(s, p1, [(ids[0], "too_easy", 8, 8, 2.0)]) == 1
-        assert repo.add_false_positives(s, p1, [(ids[0], "too_easy", 8, 8, 2.0)]) == 0
+        ens = lineage.record_ensemble(s, None, lineage.EnsembleSpec("min", ("file:///p1",), ("file:///a1",)))
+        assert lineage.record_ensemble(s, None, lineage.EnsembleSpec("min", ("file:///p1",), ("file:///a1",))) == ens
+        assert lineage.record_probe_scores(s, ens, [(i, 1.5, 0.8) for i in ids]) == 4
+        assert lineage.record_probe_scores(s, ens, [(ids[0], 9.0, 0.9)]) == 0
+        assert lineage.add_false_positives(s, [(ids[0], ens, "too_easy", 8, 8, 2.0)]) == 1
+        assert lineage.add_false_positives(s, [(ids[0], ens, "too_easy", 8, 8, 2.0)]) == 0
+        row = s.get(ProbeEnsembleRow, ens)
+        assert row is not None and [m["probe_id"] for m in row.members] == [p1] and row.aux[0]["name"] == "aux1"
     with store.session() as s:
         assert [p.name for p in repo.active_probes(s)] == ["p1", "aux1"]
         repo.set_active_probes(s, [p2])
@@ -111,9 +115,9 @@ def test_active_probes_are_per_run(store: Store) -> None:
 def test_checkpoints_metrics_alerts_state(store: Store) -> None:
     run_id = _run(store)
     with store.session() as s:
-        repo.add_checkpoint(s, run_id, 10, "abc", "/ck/10")
-        repo.add_checkpoint(s, run_id, 20, "def", "/ck/20")
-        repo.add_checkpoint(s, run_id, 20, "zzz", "/ck/dup")
+        repo.add_checkpoint(s, run_id, 10, "abc", "cas://sha256/10")
+        repo.add_checkpoint(s, run_id, 20, "def", "cas://sha256/20")
+        repo.add_checkpoint(s, run_id, 20, "zzz", "cas://sha256/dup")
         repo.record_metrics(s, run_id, 1, {"validity": 0.9, "distinct_3": 0.4})
         repo.record_metrics(s, run_id, 1, {"validity": 0.1})
         aid = repo.fire_alert(s, run_id, rule="topic", severity="warning", metric="top_topic_share",

@@ -110,3 +110,17 @@ def test_config_show_masks_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert res.exit_code == 0, res.output
     assert "topsecret" not in res.output and "tok123" not in res.output
     assert "u:***@h/db" in res.output
+
+
+def test_artifacts_url_default_follows_the_mode_and_a_bad_protocol_names_the_key(tmp_path: Path) -> None:
+    from daemon.config import config_from_mapping
+
+    embedded = config_from_mapping({"data_dir": str(tmp_path)}, env={})
+    assert embedded.artifacts_url == str((tmp_path / "artifacts").absolute())
+    distributed = config_from_mapping({"broker": {"url": "redis://h:6379/0"}}, env={})
+    assert distributed.artifacts_url == "db"
+    assert config_from_mapping({}, env={"PROPEL_ARTIFACTS_URL": "s3://lab/propel"}).artifacts_url == "s3://lab/propel"
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"artifacts": {"url": "nosuch://x"}}, env={})
+    assert [key for key, _ in info.value.problems] == ["artifacts.url"]
+    assert "not an fsspec protocol" in str(info.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -95,13 +94,10 @@ def test_collapse_moves_the_metrics_the_right_way() -> None:
     assert distinct_n(collapsed) < distinct_n(diverse)
 
 
-def test_self_bleu_of_2000_texts_is_fast() -> None:
+def test_self_bleu_of_2000_texts() -> None:  # its speed is measured by benchmarks/self_bleu.py
     rng = random.Random(3)
     texts = [_arith(rng) for _ in range(2000)]
-    start = time.perf_counter()
-    value = self_bleu(texts)
-    assert time.perf_counter() - start < 2.0
-    assert 0.0 < value < 1.0
+    assert 0.0 < self_bleu(texts) < 1.0
 
 
 def test_undefined_metrics_raise() -> None:

@@ -60,6 +60,9 @@ def test_large_outputs_are_stored_whole(domain: AzrDomain) -> None:
         ("def f(x, k):\n    return ().__class__.__base__.__subclasses__()", "dunder attribute"),
         ("from subprocess import run\ndef f(x, k):\n    return x", "banned import: subprocess"),
         ("import os.path\ndef f(x, k):\n    return x", "banned import"),
+        ("import codecs\ndef f(x, k):\n    return codecs.open('/tmp/x', 'w')", "banned import: codecs"),
+        ("from _io import open as o\ndef f(x, k):\n    return x", "banned import: _io"),
+        ("import timeit\ndef f(x, k):\n    return x", "banned import: timeit"),
         ("def f(x, k):\n    return eval('1')", "banned name: eval"),
         ("def f(x, k):\n    return open('/etc/passwd').read()", "banned name: open"),
         ("def f(x, k):\n    return x\ndef g(x):\n    return x", "exactly one top-level def"),
@@ -77,7 +80,7 @@ def test_static_policy_rejects_escapes(domain: AzrDomain, code: str, reason: str
 @pytest.mark.parametrize(
     ("code", "reason"),
     [
-        ("def f(x, k):\n    return hash(str(x))", "non-deterministic"),
+        ("def f(x, k):\n    return hash(str(x))", "nondeterministic"),
         ("def f(x, k):\n    return (i for i in x)", "unserialisable"),
         ("def f(x, k):\n    return f(x, k)", "RecursionError"),
         ("def f(x, k):\n    while True:\n        pass", "timeout"),
@@ -139,3 +142,18 @@ def test_parse_fuzz_never_raises(text: str) -> None:
 def test_parse_fuzz_on_fence_soup(parts: list[str]) -> None:
     parsed = AzrDomain().parse("".join(parts))
     assert parsed.ok or (parsed.reason and isinstance(parsed.reason, str))
+
+
+def test_tampering_program_is_invalid_and_its_neighbour_keeps_real_outputs() -> None:
+    from curriculum.domains.azr_static import StaticPolicy
+
+    permissive = StaticPolicy(banned_modules=(), banned_calls=())  # as if a static check had been fooled
+    domain = AzrDomain(limits=Limits(cpu_s=10, wall_s=15.0, memory_mb=512), call_timeout_s=1.0, policy=permissive)
+    forger = ("import os\ndef f(x, k):\n"
+              "    line = b'{\"kind\": \"call\", \"id\": \"1\", \"i\": 0, \"status\": \"ok\", \"output\": \"0\"}\\n'\n"
+              "    for fd in range(3, 64):\n        try:\n            os.write(fd, line)\n"
+              "        except OSError:\n            pass\n    return k\n")
+    results = domain.validate_batch([completion(forger), completion("def f(x, k):\n    return sum(x) * k")])
+    assert not results[0].valid and (results[0].reason or "").startswith("tampering"), results[0].reason
+    assert results[1].valid, results[1].reason
+    assert results[1].task.payload["outputs"][0] == str(sum([0, 3, 0]) * 1)

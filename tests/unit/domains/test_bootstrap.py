@@ -54,3 +54,40 @@ def test_full_bootstrap_reaches_95_percent_validity(tmp_path: Path) -> None:
     result = bootstrap("arith", tmp_path, show_progress=False)
     assert 0.8e6 < result.n_params < 1.2e6
     assert result.validity >= 0.95, f"measured validity {result.validity:.3f}"
+
+
+@pytest.mark.slow
+def test_cli_bootstrap_caches_where_the_daemon_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`propel bootstrap arith` ahead of time is reused by `propel run` (one cache directory)."""
+    from daemon.config import load_config
+    from daemon.service.engine import resolve_model
+
+    config = tmp_path / "propel.toml"
+    config.write_text("[generator]\nbootstrap_steps = 2\n")
+    monkeypatch.setenv("PROPEL_DATA_DIR", str(tmp_path / "data"))
+    result = CliRunner().invoke(bootstrap_command, ["arith"], obj={"config_path": str(config)})
+    assert result.exit_code == 0, result.output
+    said: list[str] = []
+    path = resolve_model("bootstrap:arith", load_config(config), said.append)
+    assert path.startswith(str(tmp_path / "data")) and "(reused)" in said[-1]
+
+
+def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    import torch
+
+    from curriculum import bootstrap as boot
+
+    seen: list[int] = []
+    real_train = boot.train
+
+    def spy(*args: object, **kwargs: object) -> float:
+        seen.append(torch.get_num_threads())
+        return real_train(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(boot, "train", spy)
+    before = torch.get_num_threads()
+    boot.bootstrap("arith", tmp_path, settings=TINY, show_progress=False, force=True)
+    monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", "2")
+    boot.bootstrap("arith", tmp_path / "b", settings=TINY, show_progress=False, force=True)
+    assert seen == [1, 2] and torch.get_num_threads() == before

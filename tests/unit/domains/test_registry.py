@@ -8,7 +8,7 @@ from curriculum.domains.base import Domain, Task, available_domains, get_domain
 
 
 def test_available_domains() -> None:
-    assert available_domains() == ["arith", "azr", "math"]
+    assert available_domains() == ["arith", "azr", "math", "swe"]
 
 
 @pytest.mark.parametrize("name", ["arith", "azr", "math"])
@@ -22,8 +22,8 @@ def test_get_domain_builds_protocol_conforming_domains(name: str) -> None:
 
 
 def test_unknown_domain_lists_known_ones() -> None:
-    with pytest.raises(ValueError, match="arith, azr, math"):
-        get_domain("swe")
+    with pytest.raises(ValueError, match="arith, azr, math, swe"):
+        get_domain("sql")
 
 
 def test_options_are_passed_to_the_domain() -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from probes import FeatureSpec, FrozenReference, SweepConfig, TrainConfig, grouped_kfold, run_sweep, save_sweep, select
-from probes.data import LabelBand, group_split, random_split
+from probes.band import Band
+from probes.data import group_split, random_split
 from probes.sweep import SweepRow
 
 FAST = TrainConfig(max_epochs=15, patience=3, hidden_dim=16, lr=5e-3)
@@ -107,12 +108,12 @@ def test_splits_cover_rows_once() -> None:
 
 
 def test_band_labels_by_solve_rate() -> None:
-    band = LabelBand.parse("1-3", 8)
+    band = Band.parse("1-3", 8)
     assert [band.label(s, 8) for s in range(9)] == [0, 1, 1, 1, 0, 0, 0, 0, 0]
-    swe = LabelBand.parse("1-2", 3)
+    swe = Band.parse("1-2", 3)
     assert (swe.label(1, 2), swe.label(0, 2), swe.label(2, 2)) == (1, 0, 0)  # one null trial
     with pytest.raises(ValueError, match="LO-HI"):
-        LabelBand.parse("one-three", 8)
+        Band.parse("one-three", 8)
 
 
 def test_path_loaded_reference_pickles_as_its_source(tiny_dir: Path) -> None:

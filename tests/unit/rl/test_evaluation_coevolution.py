@@ -9,8 +9,9 @@ from curriculum.coevolution import LabelledSample, build_aux_dataset, dominant_t
 from curriculum.domains.arith import analyse
 from curriculum.evaluation import TaskOutcome, evaluate_texts, summarise
 from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import Band, LabelValue
+from curriculum.spotcheck import LabelValue
 from probes import FeatureExtractor, ProbeScorer
+from probes.band import Band
 from tests.unit.rl.conftest import SPEC, arith_texts
 
 

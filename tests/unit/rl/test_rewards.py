@@ -18,8 +18,8 @@ from curriculum.rewards import (
     zero_spread_share,
 )
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import Band
 from probes import ProbeEnsemble, ProbeScorer
+from probes.band import Band
 from tests.unit.rl.conftest import arith_texts, train_test_probe
 
 VALID = ["1+2", "12*3-4", "(5+6)*7", "9-8"]
@@ -131,3 +131,34 @@ def test_helpers() -> None:
     assert floor_below([-3.0, 2.0], 0.5) == -3.5
     with pytest.raises(RewardError):
         floor_below([], 1.0)
+
+
+class CountingScorer(FixedScorer):
+    def __init__(self) -> None:
+        super().__init__({"Q:1+2": 2.0, "Q:12*3-4": -1.0}, default=0.5)
+        self.texts: list[str] = []
+
+    def score(self, texts):
+        self.texts += list(texts)
+        return super().score(texts)
+
+
+@pytest.mark.parametrize("kind", ["hard_gate", "soft_gate", "probe_only"])
+def test_from_valid_scores_equals_the_full_reward_without_a_second_pass(domain, kind: str) -> None:
+    """The daemon's sample phase validates and scores once; the reward reuses those scores."""
+    def make(scorer):
+        if kind == "hard_gate":
+            return HardGateReward(domain, scorer, floor=-10.0, group_size=4)
+        return SoftGateReward(domain, scorer, group_size=4) if kind == "soft_gate" else ProbeOnlyReward(
+            domain, scorer, group_size=4)
+
+    completions = VALID + INVALID
+    full = make(FixedScorer({"Q:1+2": 2.0, "Q:12*3-4": -1.0}, default=0.5))(["Q:"] * 8, completions)
+    checks = domain.validate_batch(completions)
+    valid_texts = [domain.reference_text(c.task) for c in checks if c.valid]
+    first = FixedScorer({"Q:1+2": 2.0, "Q:12*3-4": -1.0}, default=0.5).score(valid_texts)  # the sample's pass
+    counting = CountingScorer()
+    reused = make(counting).from_valid_scores(checks, first.logits.tolist(), first.probabilities.tolist())
+    assert reused == pytest.approx(full)
+    invalid_texts = [domain.reference_text(c.task) for c in checks if not c.valid]
+    assert counting.texts == (invalid_texts if kind == "probe_only" else []), "valid tasks are not scored again"

@@ -44,7 +44,7 @@ def test_determinism_check_uses_two_processes(runner: BatchRunner) -> None:
                 Program("pure", "def f(x):\n    return x * 2", ("21",))]
     first, second = runner.run_twice(programs)
     assert compare_runs(first[0], second[0]) is not None
-    assert "non-deterministic" in (compare_runs(first[0], second[0]) or "")
+    assert "nondeterministic" in (compare_runs(first[0], second[0]) or "")
     assert compare_runs(first[1], second[1]) is None
     assert first[1].outputs == ["42"]
 
@@ -79,3 +79,10 @@ def test_canonical_repr_round_trips_plain_values(value: object) -> None:
     assert canonical_repr(value, 100_000) == text
     if not isinstance(value, frozenset):
         assert text == repr(value) or "frozenset" in text or "{" in text
+
+
+def test_program_ids_must_be_distinct_and_orders_permutations(runner: BatchRunner) -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        runner.run([Program("a", "def f(x):\n    return x", ("1",)), Program("a", "def f(x):\n    return x", ("2",))])
+    with pytest.raises(ValueError, match="permutation"):
+        Program("a", "def f(x):\n    return x", ("1", "2"), order=(0, 0))

@@ -127,9 +127,7 @@ CATALOGUE = [
             "import os\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             f"        os.execv('/bin/sleep', ['sleep', '7.{TOKEN}'])\n    os._exit(0)\n"
             "os.waitpid(pid, 0)\nprint('BLOCKED detach: checked by the host after the run')\n",
-            host_check=_no_leftover_process,
-            known_gap=(("rlimit", "FINDING: the rlimit backend kills the process group only; a child that "
-                        "calls setsid() survives the run (bubblewrap's pid namespace ends it)"),)),
+            host_check=_no_leftover_process),
     Attempt("abstract_unix_socket",
             f"import socket\n{TRY}s = socket.socket(socket.AF_UNIX)\n"
             f"attempt('abstract', lambda: s.connect('\\0propel-escape-{TOKEN}'))\n", BWRAP),

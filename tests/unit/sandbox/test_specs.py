@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import signal
+import struct
 from typing import Any
 
 import pytest
 
-from curriculum.sandbox import Limits, bwrap_argv, get_sandbox, rlimit_argv
+from curriculum.sandbox import (
+    Limits,
+    bwrap_argv,
+    containment,
+    format_containment,
+    get_sandbox,
+    missing_protections,
+    rlimit_argv,
+)
 from curriculum.sandbox.base import SCRUBBED_ENV, truncate
 from curriculum.sandbox.docker_backend import DockerSandbox, container_spec
 from curriculum.sandbox.process import Capture, classify, prlimit_argv
+from curriculum.sandbox.seccomp import AUDIT_ARCH, filter_program, install_preamble
 
 LIMITS = Limits(cpu_s=3, wall_s=5.0, memory_mb=256, max_procs=8, file_size_mb=2, tmpfs_mb=16)
 
@@ -146,3 +156,60 @@ def test_auto_selection_reports_backend() -> None:
     result = sandbox.run_python("print(6 * 7)")
     assert result.stdout.strip() == "42"
     assert result.backend == sandbox.name in ("bubblewrap", "rlimit")
+
+
+def test_bwrap_argv_loads_seccomp_and_hides_dev_shm() -> None:
+    argv = bwrap_argv(["python"], (), LIMITS, as_root=True, symlinks={}, uid=1 << 30, seccomp_fd=7)
+    assert argv[argv.index("--seccomp") + 1] == "7"
+    assert argv[argv.index("--remount-ro") + 1] == "/dev/shm"
+    assert f"--reuid={1 << 30}" in argv
+    assert argv.index("--seccomp") < argv.index("--")
+    assert f"--nofile={LIMITS.open_files}" in prlimit_argv(LIMITS)
+    assert "--nproc=99" in prlimit_argv(LIMITS, nproc=99)
+
+
+def test_seccomp_program_is_well_formed_and_arch_checked() -> None:
+    for arch in ("x86_64", "aarch64"):
+        program = filter_program(arch)
+        assert len(program) % 8 == 0 and len(program) // 8 < 4096
+        code, _, _, k = struct.unpack("=HBBI", program[8:16])
+        assert (code, k) == (0x15, AUDIT_ARCH[arch])  # wrong architecture → denied
+    with pytest.raises(ValueError, match="riscv"):
+        filter_program("riscv64")
+    assert "prctl" in install_preamble("x86_64") and install_preamble("x86_64").endswith("\n")
+
+
+def test_containment_names_what_each_backend_lacks() -> None:
+    assert set(missing_protections("rlimit", as_root=True)) >= {"network", "host_files_read", "host_processes_hidden"}
+    assert "descendants_killed" not in missing_protections("rlimit", as_root=True)
+    assert {"descendants_killed", "host_files_write", "processes_per_run"} <= set(
+        missing_protections("rlimit", as_root=False))
+    assert "network" not in missing_protections("bubblewrap") and "network" not in missing_protections("docker")
+    text = format_containment("rlimit", as_root=True)
+    assert text.startswith("sandbox rlimit: lacks ") and "network" in text.splitlines()[0]
+    names = [p.name for p in containment("bubblewrap")]
+    assert names == sorted(set(names), key=names.index)  # no duplicates
+    assert {p.name for p in containment("docker")} == {p.name for p in containment("bubblewrap")}
+    with pytest.raises(ValueError):
+        containment("chroot")
+
+
+def test_docker_wrapper_runs_the_fork_server_with_a_fixed_hash_seed(tmp_path: Any) -> None:
+    """The container's command, run here with this interpreter (no engine needed, trusted code only):
+    the fork server must be able to re-execute the wrapper to fix the hash seed."""
+    import json
+    import subprocess
+    import sys
+
+    from curriculum.sandbox.batch import HARNESS_SOURCE
+
+    payload = {"programs": [{"id": "a", "code": "def f(x):\n    return [hash('k'), x]", "inputs": ["1"]}],
+               "hash_seed": 0}
+    spec = container_spec(HARNESS_SOURCE, json.dumps(payload).encode(), LIMITS)
+    env = {**spec["environment"], "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, *spec["command"][1:]], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+    expected = subprocess.run([sys.executable, "-c", "print(hash('k'))"], env={"PYTHONHASHSEED": "0"},
+                              capture_output=True, text=True).stdout.strip()
+    records = [json.loads(line) for line in out.stdout.decode().splitlines()]
+    assert records[0]["output"] == f"[{expected}, 1]", out.stderr.decode()[-500:]
+    assert records[-1]["kind"] == "done"

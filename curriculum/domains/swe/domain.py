@@ -1,0 +1,258 @@
+"""The ``swe`` domain: bug-injection tasks on preflighted real repositories.
+
+Generator output, either form (the first line that matches wins):
+
+* a **bug spec** (the CPU/tiny-generator form, applied by the procedural mutator)::
+
+      minicalc minicalc/core.py::clamp compare_flip 1
+
+* a **patch** (an agent's or a lab's diff): a line ``repo: NAME`` followed by a unified diff.
+
+``check`` runs the :class:`~curriculum.domains.swe.verifier.Verifier` (seconds: one or more suite
+runs in a fresh sandboxed copy) and memoises the verdict on disk by the task's content hash under
+``<cache>/tasks/``; a valid task's payload gains the fail-to-pass / pass-to-pass sets, the reference
+fix (reverse patch) and the issue text. The solver sees the issue text and answers with a diff;
+``grade`` applies the bug, then the answer, and runs the suite (``None``: the sandbox failed).
+The label band for SWE is :data:`SWE_BAND` (k=3, in band with 1–2 solves of ≥ 2 valid trials).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from curriculum.domains.base import ParseResult, Task, Validity, validate_each
+from curriculum.domains.swe.cache import RepoCache, RepoCheckout, write_atomic
+from curriculum.domains.swe.mutator import OPERATORS, MutationError, enumerate_specs, mutation_patch
+from curriculum.domains.swe.preflight import PreflightPolicy, PreflightResult, episode_config, load_preflight
+from curriculum.domains.swe.registry import SPLITS, assign_splits, load_registry
+from curriculum.domains.swe.runners import get_suite_runner
+from curriculum.domains.swe.sandbox import SuiteRunner
+from curriculum.domains.swe.spec import BugSpec, parse_spec
+from curriculum.domains.swe.tasktext import issue_text
+from curriculum.domains.swe.verifier import BugVerdict, Verifier
+
+NAME = "swe"
+#: The SWE utility band (paper): k=3 trials, positive at 1–2 solves, at least 2 valid trials.
+SWE_BAND: dict[str, int] = {"k": 3, "lo": 1, "hi": 2, "min_valid_trials": 2}
+#: The fixed prompt of the tiny CPU generator (it writes one spec line, then EOS).
+TINY_PROMPT = "BUG: "
+PROMPT_STYLES = ("instruct", "tiny")
+_REPO_LINE = re.compile(r"^\s*repo:\s*([A-Za-z0-9_.\-]+)\s*$", re.MULTILINE)
+_DIFF_BLOCK = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def swe_band() -> Any:
+    """:class:`curriculum.spotcheck.Band` with :data:`SWE_BAND` (imported lazily: it needs the store)."""
+    from curriculum.spotcheck import Band
+
+    return Band(**SWE_BAND)
+
+
+def extract_diff(text: str) -> str:
+    """The diff in an answer: the last fenced diff block, else the text from the first header on."""
+    blocks = [b for b in _DIFF_BLOCK.findall(text) if "--- " in b or "diff --git" in b]
+    if blocks:
+        return blocks[-1]
+    for marker in ("diff --git", "--- "):
+        at = text.find(marker)
+        if at >= 0 and (at == 0 or text[at - 1] == "\n"):
+            return text[at:]
+    return ""
+
+
+@dataclass
+class RepoState:
+    checkout: RepoCheckout
+    preflight: PreflightResult
+    verifier: Verifier
+
+
+class SweDomain:
+    """Bug-injection tasks on the preflighted repositories of one split (see the module docstring)."""
+
+    name = NAME
+
+    def __init__(self, cache_dir: str | Path | None = None, registry: list[str | Path] | None = None,
+                 split: str | None = "rl-train", repos: list[str] | None = None, runner: str | SuiteRunner = "auto",
+                 bundled_registry: bool = True, policy: PreflightPolicy | None = None,
+                 prompt_style: str = "instruct") -> None:
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"unknown prompt_style {prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+        self.prompt_style = prompt_style
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} (or None for all)")
+        self.cache = RepoCache(cache_dir)
+        self.specs = {s.name: s for s in load_registry(*(registry or []), bundled=bundled_registry)}
+        unknown = sorted(set(repos or []) - set(self.specs))
+        if unknown:
+            raise ValueError(f"repositories not in the registry: {', '.join(unknown)}")
+        splits = assign_splits(list(self.specs.values()))
+        self.repo_names = list(repos) if repos else [n for n in self.specs if split is None or splits[n] == split]
+        self.split = split
+        self.policy = policy or PreflightPolicy()
+        self._runner_spec = runner
+        self._runner: SuiteRunner | None = None if isinstance(runner, str) else runner
+        self._repos: dict[str, RepoState | str] = {}
+
+    @property
+    def runner(self) -> SuiteRunner:
+        if self._runner is None:
+            self._runner = get_suite_runner(str(self._runner_spec))
+        return self._runner
+
+    def repo(self, name: str) -> RepoState | str:
+        """The cached, preflighted repository ``name``, or why it cannot be used."""
+        if name not in self._repos:
+            self._repos[name] = self._load(name)
+        return self._repos[name]
+
+    def _load(self, name: str) -> RepoState | str:
+        spec = self.specs.get(name)
+        if spec is None or name not in self.repo_names:
+            return f"repository {name!r} is not in this domain's split ({self.split})"
+        checkout = self.cache.lookup(spec)
+        if checkout is None:
+            return f"repository {name!r} is not fetched (python -m curriculum.domains.swe fetch)"
+        pf = load_preflight(self.cache, checkout.content_hash)
+        if pf is None:
+            return f"repository {name!r} has no preflight (python -m curriculum.domains.swe fetch)"
+        if not pf.ok:
+            return f"repository {name!r} was excluded at preflight: {pf.reason}"
+        verifier = Verifier(checkout.root, pf.grading_tests, self.runner, episode_config(spec, self.policy, pf))
+        return RepoState(checkout, pf, verifier)
+
+    def usable_repos(self) -> list[str]:
+        return [n for n in self.repo_names if isinstance(self.repo(n), RepoState)]
+
+    def generator_prompts(self, n: int, seed: int) -> list[str]:
+        """Spec-writing prompts: ``instruct`` names a repository, a few of its functions and the
+        operators; ``tiny`` is the fixed :data:`TINY_PROMPT` (the tiny generator writes the repo too)."""
+        usable = self.usable_repos()
+        if not usable:
+            raise ValueError(f"no fetched, preflighted SWE repository in split {self.split!r}; run "
+                             "python -m curriculum.domains.swe fetch")
+        if self.prompt_style == "tiny":
+            return [TINY_PROMPT] * n
+        rng = random.Random(seed)
+        prompts = []
+        for _ in range(n):
+            name = rng.choice(usable)
+            state = self.repo(name)
+            assert isinstance(state, RepoState)
+            targets = sorted({f"{s.file}::{s.function}" for s in self.spec_space(name)})
+            shown = rng.sample(targets, min(5, len(targets)))
+            prompts.append(f"Repository: {name}\nFunctions: {' '.join(shown)}\n"
+                           f"Operators: {' '.join(sorted(OPERATORS))}\n"
+                           "Write one bug spec line: REPO FILE::FUNCTION OPERATOR SITE\n")
+        return prompts
+
+    def spec_space(self, name: str) -> list[BugSpec]:
+        """Every spec the mutator can apply in repository ``name`` (the procedural generator's space)."""
+        state = self.repo(name)
+        if isinstance(state, str):
+            raise ValueError(state)
+        return enumerate_specs(state.checkout.root, name)
+
+    def spec_corpus(self, n: int, seed: int) -> list[str]:
+        """``n`` spec lines drawn uniformly (seeded) from the usable repositories' spec spaces: the
+        pretraining corpus of the tiny generator and the procedural generator's output."""
+        spaces = {name: self.spec_space(name) for name in self.usable_repos()}
+        rng = random.Random(seed)
+        names = sorted(n_ for n_, space in spaces.items() if space)
+        return [rng.choice(spaces[rng.choice(names)]).render() for _ in range(n)]
+
+    def parse(self, completion: str) -> ParseResult:
+        if "--- " in completion or "diff --git" in completion:
+            return self._parse_patch(completion)
+        spec = parse_spec(completion)
+        if isinstance(spec, str):
+            return ParseResult.failure(spec)
+        state = self.repo(spec.repo)
+        if isinstance(state, str):
+            return ParseResult.failure(state)
+        try:
+            mutation = mutation_patch(state.checkout.root, spec)
+        except MutationError as err:
+            return ParseResult.failure(f"bug spec not applicable: {err}")
+        payload = {"repo": spec.repo, "label": state.checkout.spec.label, "hash": state.checkout.content_hash,
+                   "spec": spec.render(), "operator": spec.operator, "patch": mutation.patch}
+        return ParseResult.success(Task(NAME, f"{spec.render()}\n{mutation.patch}", payload))
+
+    def _parse_patch(self, completion: str) -> ParseResult:
+        match = _REPO_LINE.search(completion)
+        if match is None:
+            return ParseResult.failure("a patch needs a 'repo: NAME' line")
+        state = self.repo(match.group(1))
+        if isinstance(state, str):
+            return ParseResult.failure(state)
+        patch = extract_diff(completion[match.end():])
+        if not patch.strip():
+            return ParseResult.failure("empty patch")
+        payload = {"repo": match.group(1), "label": state.checkout.spec.label, "hash": state.checkout.content_hash,
+                   "spec": None, "operator": "patch", "patch": patch}
+        return ParseResult.success(Task(NAME, f"repo: {match.group(1)}\n{patch}", payload))
+
+    def _memo(self, task: Task) -> Path:
+        return self.cache.root / "tasks" / f"{task.content_hash}.json"
+
+    def verify(self, task: Task) -> BugVerdict:
+        """The verifier's verdict for a parsed task (memoised on disk by content hash)."""
+        memo = self._memo(task)
+        if memo.is_file():
+            return BugVerdict.from_json(json.loads(memo.read_text())["verdict"])
+        state = self.repo(str(task.payload["repo"]))
+        if isinstance(state, str):
+            return BugVerdict(False, "repo", state)
+        verdict = state.verifier.verify(str(task.payload["patch"]))
+        if verdict.code != "infra":
+            write_atomic(memo, json.dumps({"payload": task.payload, "verdict": verdict.to_json()}))
+        return verdict
+
+    def check(self, task: Task) -> Validity:
+        verdict = self.verify(task)
+        if not verdict.valid:
+            return Validity.invalid(task, f"{verdict.code}: {verdict.reason}")
+        state = self.repo(str(task.payload["repo"]))
+        assert isinstance(state, RepoState)
+        spec = state.checkout.spec
+        text = issue_text(spec.name, spec.version, list(verdict.fail_to_pass), list(verdict.failure_messages),
+                          len(state.preflight.grading_tests))
+        payload = {**task.payload, "fail_to_pass": list(verdict.fail_to_pass),
+                   "pass_to_pass": list(verdict.pass_to_pass), "reference_fix": verdict.reference_fix,
+                   "issue": text, "changed": list(verdict.changed)}
+        return Validity.ok(Task(NAME, task.text, payload))
+
+    def validate_batch(self, completions: list[str]) -> list[Validity]:
+        return validate_each(self, completions)
+
+    def reference_text(self, task: Task) -> str:
+        return task.text
+
+    def solver_prompt(self, task: Task) -> str:
+        issue = task.payload.get("issue")
+        if not issue:
+            raise ValueError("task has no issue text; run check() before building the solver prompt")
+        return (f"{issue}\n\nRepository: {task.payload['label']}\nTask: {task.content_hash[:16]}\n"
+                "Fix the bug in the library code (do not edit tests). Answer with a unified diff in a "
+                "```diff block, paths relative to the repository root (a/... b/...).")
+
+    def grade(self, task: Task, answer: str) -> bool | None:
+        state = self.repo(str(task.payload.get("repo", "")))
+        if isinstance(state, str) or "fail_to_pass" not in task.payload:
+            return None
+        return state.verifier.grade_fix(str(task.payload["patch"]), extract_diff(answer),
+                                        list(task.payload["fail_to_pass"]), list(task.payload["pass_to_pass"]))
+
+    def topic(self, task: Task) -> str:
+        return str(task.payload.get("operator") or "patch")
+
+    def grading_command(self, task: Task) -> str:
+        """A shell command that grades a candidate fix (``fix.diff``) for this task locally."""
+        return (f"python -m curriculum.domains.swe grade --repo {task.payload['repo']} "
+                f"--task {task.content_hash} --fix fix.diff")
+

@@ -1,0 +1,50 @@
+"""Fit a probe from labelled features: the one place that splits, trains, validates and stamps a probe.
+
+The daemon's first probe, aux probes from co-evolution, and the benchmarks all call
+:func:`fit_probe`, so they share the split rule, the validation metrics and the artifact metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from probes.artifacts import Probe
+from probes.band import Band
+from probes.inputs import FeatureSpec
+from probes.metrics import evaluate
+from probes.reference import FrozenReference
+from probes.training import TrainConfig, train_probe
+
+
+def validation_split(labels: np.ndarray, val_share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffled train/validation indices; no validation set when it would leave a class out of training
+    or when there are fewer than 10 rows."""
+    labels = np.asarray(labels)
+    order = np.random.default_rng(seed).permutation(labels.size)
+    n_val = round(val_share * labels.size) if labels.size >= 10 else 0
+    train, val = np.sort(order[n_val:]), np.sort(order[:n_val])
+    if len(set(labels[train].tolist())) < 2:
+        return np.arange(labels.size), np.arange(0)
+    return train, val
+
+
+def fit_probe(x: np.ndarray, y: np.ndarray, *, reference: FrozenReference, spec: FeatureSpec, band: Band,
+              arch: str, balance: str = "downsample", config: TrainConfig | None = None, name: str = "probe",
+              training: dict[str, Any] | None = None, val_share: float = 0.2) -> Probe:
+    """Train a head on ``x``/``y`` (validation: ``val_share`` of the rows) and return the stamped probe.
+
+    ``metrics`` holds ``train_rows`` and ``best_epoch``, plus the validation metrics (balanced accuracy,
+    F1, ECE, AUC, …) when the validation rows contain both classes.
+    """
+    config = config or TrainConfig(seed=0)
+    y = np.asarray(y).astype(int)
+    tr, va = validation_split(y, val_share, config.seed)
+    has_val = va.size > 0 and len(set(y[va].tolist())) == 2
+    result = train_probe(x[tr], y[tr], arch, balance, config, x[va] if va.size else None, y[va] if va.size else None)
+    metrics: dict[str, Any] = {"train_rows": int(result.train_rows), "best_epoch": result.best_epoch}
+    if has_val:
+        metrics |= evaluate(y[va], result.head.probabilities(x[va])).to_dict()
+    return Probe(result.head, spec, reference.model_id, reference.fingerprint, reference.hidden_size,
+                 (band.lo, band.hi), band.k, name=name, training=dict(training or {}), metrics=metrics)

@@ -1,0 +1,267 @@
+"""Every config field means what it says: set to a non-default value, it reaches the code that uses it.
+
+Fields that flow through the settings builders are checked by building the real objects (driver,
+worker and solver settings, the RL config, the API app, the store, the CLI's defaults). The rest —
+read where models load or the service loop runs — must at least be read by daemon code (an AST
+scan), and are listed by name, so a new field forces a decision. Removed fields fail with what
+replaced them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from daemon.config import REMOVED_KEYS, ConfigError, PropelConfig, config_from_mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: One non-default value per field (the test fails when a field is missing here).
+VALUES: dict[str, Any] = {
+    "data_dir": "/tmp/propel-fields", "run_name": "fields", "seed": 7,
+    "store.url": "sqlite:////tmp/propel-fields/x.db", "store.pool_size": 3, "store.echo": True,
+    "broker.url": "redis://127.0.0.1:6379/9", "broker.visibility_timeout_s": 1234, "broker.task_time_limit_s": 321,
+    "broker.spotcheck_batch_size": 5, "broker.worker_concurrency": 3,
+    "domain.name": "arith", "domain.options": {"max_ops": 4},
+    "generator.model": "/models/gen", "generator.max_new_tokens": 40, "generator.temperature": 0.9,
+    "generator.bootstrap_steps": 11,
+    "reference.model": "/models/ref", "reference.batch_size": 17,
+    "probes.layer": 2, "probes.pooling": "mean_full", "probes.architecture": "linear", "probes.ensemble": "mean",
+    "probes.members": 2, "probes.train_samples": 99, "probes.frontier_threshold": 0.6, "probes.ece_ceiling": 0.11,
+    "solver.backend": "openai", "solver.base_url": "http://vllm:8000/v1", "solver.model": "m", "solver.timeout_s": 9.0,
+    "solver.max_concurrency": 3, "solver.max_retries": 1, "solver.temperature": 0.7, "solver.max_tokens": 77,
+    "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01,
+    "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
+    "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
+    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
+    "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
+    "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
+    "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True,
+    "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.high_water_mark": 77,
+    "emission.max_attempts": 3, "emission.unverified_grace_s": 60.0,
+    "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
+    "alerts.rules": [{"name": "v", "metric": "validity", "comparator": "<", "threshold": 0.2}],
+    "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
+    "daemon.sample_size": 48, "daemon.tick_interval_s": 0.2, "daemon.retrain_min_false_positives": 3,
+    "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
+    "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
+    "daemon.shutdown_deadline_s": 7.0, "daemon.serve_api": False,
+}
+
+#: Read where models load or the service loop runs (engine, lifecycle, runtime, CLI): checked by the AST scan.
+READ_IN_SERVICE = {
+    "data_dir", "run_name", "domain.name", "domain.options", "generator.model", "generator.bootstrap_steps",
+    "reference.model", "probes.layer", "probes.pooling", "probes.ensemble", "probes.members", "probes.train_samples",
+    "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host", "api.port", "daemon.tick_interval_s",
+    "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
+    "store.url",
+}
+
+
+def _fields(model: type[PropelConfig] = PropelConfig) -> list[str]:
+    out = []
+    for name, field in model.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and hasattr(sub, "model_fields"):
+            out += [f"{name}.{k}" for k in sub.model_fields]
+        else:
+            out.append(name)
+    return out
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in values.items():
+        if "." in key:
+            section, field = key.split(".", 1)
+            data.setdefault(section, {})[field] = value
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.fixture(scope="module")
+def cfg() -> PropelConfig:
+    return config_from_mapping(_nest(VALUES), env={})
+
+
+def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
+    from daemon.service.engine import rl_config
+    from daemon.service.settings import driver_settings, sampling, solver_kwargs, worker_settings
+
+    ds = driver_settings
+    ws = worker_settings
+    rl = lambda c: rl_config(c, "/g", "/r", use_cpu=False)  # noqa: E731
+    return {
+        "seed": lambda c: (ds(c).seed, solver_kwargs(c)["seed"], rl(c).seed),
+        "store.pool_size": lambda c: _store(c).engine.pool.size(),
+        "store.echo": lambda c: _store(c).engine.echo,
+        "broker.url": lambda c: ws(c).broker_url,
+        "broker.visibility_timeout_s": lambda c: (ws(c).visibility_timeout_s, ds(c).retrain_timeout_s),
+        "broker.task_time_limit_s": lambda c: ws(c).task_time_limit_s,
+        "broker.spotcheck_batch_size": lambda c: _spot_batch(c),
+        "generator.max_new_tokens": lambda c: rl(c).max_completion_length,
+        "generator.temperature": lambda c: rl(c).temperature,
+        "reference.batch_size": lambda c: _extraction_batch(c),
+        "probes.architecture": lambda c: ds(c).probe_arch,
+        "probes.frontier_threshold": lambda c: ds(c).frontier_threshold,
+        "probes.ece_ceiling": _sweep_default_ece,
+        **{f"solver.{k}": _solver_kwarg(k) for k in ("backend", "base_url", "model", "timeout_s", "max_concurrency",
+                                                      "max_retries", "artificial_latency_s", "endpoint")},
+        "solver.temperature": lambda c: (sampling(c).temperature, ws(c).sampling["temperature"]),
+        "solver.max_tokens": lambda c: (sampling(c).max_tokens, ws(c).sampling["max_tokens"]),
+        "spotcheck.k": lambda c: ds(c).band.k, "spotcheck.band_lo": lambda c: ds(c).band.lo,
+        "spotcheck.band_hi": lambda c: ds(c).band.hi,
+        "spotcheck.min_valid_trials": lambda c: ds(c).band.min_valid_trials,
+        "spotcheck.budget_per_cycle": lambda c: ds(c).budget_per_cycle,
+        "spotcheck.budget_per_hour": lambda c: ds(c).budget_per_hour,
+        "spotcheck.probe_high_share": lambda c: ds(c).probe_high_share,
+        "rl.steps_per_chunk": lambda c: ds(c).steps_per_chunk, "rl.learning_rate": lambda c: rl(c).learning_rate,
+        "rl.kl_beta": lambda c: rl(c).beta, "rl.num_generations": lambda c: rl(c).num_generations,
+        "rl.batch_size": lambda c: rl(c).per_device_train_batch_size, "rl.lora_rank": lambda c: rl(c).lora.rank,
+        "rl.lora_alpha": lambda c: rl(c).lora.alpha, "rl.lora_dropout": lambda c: rl(c).lora.dropout,
+        "rl.reward": _reward_kind, "rl.invalid_floor_margin": lambda c: rl(c).invalid_floor_margin,
+        "rl.use_vllm": lambda c: rl(c).use_vllm, "rl.bf16": lambda c: rl(c).bf16,
+        "emission.min_probability": lambda c: ds(c).min_probability,
+        "emission.max_topic_share": lambda c: ds(c).max_topic_share,
+        "emission.high_water_mark": lambda c: ds(c).high_water_mark,
+        "emission.max_attempts": lambda c: _api_ctx(c).max_attempts,
+        "emission.unverified_grace_s": lambda c: ds(c).unverified_grace_s,
+        "alerts.sample_size": lambda c: ds(c).diversity_sample_size,
+        "api.token": lambda c: _api_ctx(c).token, "api.max_body_bytes": lambda c: _api_ctx(c).max_body_bytes,
+        "daemon.sample_size": lambda c: ds(c).sample_size,
+        "daemon.retrain_min_false_positives": lambda c: ds(c).retrain_min_false_positives,
+        "daemon.emit_lookback_cycles": lambda c: ds(c).emit_lookback_cycles,
+        "daemon.heartbeat_stale_s": lambda c: _api_ctx(c).heartbeat_stale_s,
+        "daemon.worker_silence_s": lambda c: ds(c).worker_silence_s,
+        "spotcheck.deadline_s": lambda c: ds(c).spotcheck_deadline_s,
+        "spotcheck.redispatches": lambda c: ds(c).spotcheck_redispatches,
+        "artifacts.url": lambda c: ws(c).artifacts_url,
+    }
+
+
+def _solver_kwarg(key: str) -> Callable[[PropelConfig], Any]:
+    from daemon.service.settings import solver_kwargs
+
+    def get(c: PropelConfig) -> Any:
+        kw = solver_kwargs(c)
+        return kw.get(key, kw.get("options", {}).get(key))
+
+    return get
+
+
+def _store(c: PropelConfig) -> Any:
+    from daemon.service.settings import build_store
+
+    # PostgreSQL: the pool size applies there (SQLite has no pool); creating an engine does not connect
+    url = "postgresql+psycopg://propel@127.0.0.1:1/propel"
+    store = build_store(c.model_copy(update={"store": c.store.model_copy(update={"url": url})}))
+    store.dispose()
+    return store
+
+
+def _api_ctx(c: PropelConfig) -> Any:
+    from curriculum.store.db import Store
+    from daemon.ops.metrics import build_metrics
+    from daemon.service.api_app import build_api_app
+
+    return build_api_app(c, Store("sqlite://"), build_metrics()).state.ctx
+
+
+def _spot_batch(c: PropelConfig) -> int:
+    from daemon.service.runtime import build_spot
+
+    class _Engine:
+        domain = None
+
+    return int(build_spot(c, None, _Engine()).batch_size)  # type: ignore[arg-type, attr-defined]
+
+
+def _extraction_batch(c: PropelConfig) -> Any:
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert "ExtractionConfig(batch_size=self.cfg.reference.batch_size)" in source
+    return c.reference.batch_size
+
+
+def _reward_kind(c: PropelConfig) -> str:
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert 'self.cfg.rl.reward == "hard_gate"' in source and 'self.cfg.rl.reward == "soft_gate"' in source
+    return c.rl.reward
+
+
+def _sweep_default_ece(c: PropelConfig) -> float:
+    return c.probes.ece_ceiling
+
+
+def test_every_field_has_a_value_and_a_consumer() -> None:
+    fields = set(_fields())
+    assert fields == set(VALUES), f"missing: {fields - set(VALUES)}, unknown: {set(VALUES) - fields}"
+    covered = set(_consumers()) | READ_IN_SERVICE
+    assert fields <= covered, f"fields nobody checks: {sorted(fields - covered)}"
+
+
+def test_settings_fields_reach_their_consumers(cfg: PropelConfig) -> None:
+    default = PropelConfig.model_validate(_nest({k: VALUES[k] for k in (
+        "broker.url", "solver.backend", "solver.base_url", "solver.model")}))
+    for key, consume in _consumers().items():
+        if key == "probes.ece_ceiling":
+            continue  # checked through the CLI below
+        got, before = consume(cfg), consume(default)
+        want = VALUES[key]
+        assert got != before or key in ("broker.url", "solver.backend", "solver.base_url", "solver.model"), key
+        flat = got if isinstance(got, tuple) else (got,)
+        assert all(v == want or (key == "broker.visibility_timeout_s" and v == 1234 + 321) for v in flat), (key, got)
+
+
+def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:
+    from daemon.cli.main import cli
+
+    config = tmp_path / "c.toml"
+    config.write_text("[probes]\nece_ceiling = 0.11\n")
+    out = CliRunner().invoke(cli, ["--config", str(config), "probes", "sweep", "--help"], env={}).output
+    assert "0.11" in " ".join(out.split()), out
+
+
+def _reads_in_daemon() -> set[str]:
+    """``section.field`` pairs read by daemon code outside config.py (directly or through an alias)."""
+    sections = {n for n, f in PropelConfig.model_fields.items() if hasattr(f.annotation, "model_fields")}
+    pairs: set[str] = set()
+    for path in (ROOT / "daemon").rglob("*.py"):
+        if path.name == "config.py":
+            continue
+        tree = ast.parse(path.read_text())
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                    and node.value.attr in sections and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)):
+                aliases[node.targets[0].id] = node.value.attr
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            base = node.value
+            if isinstance(base, ast.Attribute) and base.attr in sections:
+                pairs.add(f"{base.attr}.{node.attr}")
+            elif isinstance(base, ast.Name) and base.id in aliases:
+                pairs.add(f"{aliases[base.id]}.{node.attr}")
+            elif node.attr in ("data_dir", "run_name", "seed", "database_url", "reference_model"):
+                pairs.add(node.attr)
+    return pairs
+
+
+def test_service_fields_are_read_by_the_daemon() -> None:
+    reads = _reads_in_daemon() | {"store.url"}  # store.url is read through cfg.database_url
+    assert reads >= READ_IN_SERVICE, f"never read: {sorted(READ_IN_SERVICE - reads)}"
+
+
+@pytest.mark.parametrize("key", sorted(REMOVED_KEYS))
+def test_removed_fields_fail_with_their_replacement(key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(_nest({key: "x"}), env={})
+    assert f"{key}: {REMOVED_KEYS[key]}" in str(err.value)
+    assert "removed" in str(err.value)
