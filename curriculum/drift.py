@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from curriculum.spotcheck import Band
 from curriculum.staleness import LabelRecord, Weighted, freshest_per_task
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import DriftMeasurement
+from probes.band import Band
 
 STRATA = ("too_easy", "in_band", "too_hard")
 

@@ -18,10 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from curriculum import solver_versions
-from curriculum.spotcheck import Band, LabelValue
+from curriculum.spotcheck import LabelValue
 from curriculum.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
 from curriculum.store import repo
 from curriculum.store.models import Label, TaskRow
+from probes.band import Band
 
 
 def trainer_label(solved: int, n: int, errors: int, band: Band) -> LabelValue:

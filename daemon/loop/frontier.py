@@ -26,13 +26,13 @@ from sqlalchemy import select
 
 from curriculum import drift, frontier_labels, refresh, retrain, solver_versions
 from curriculum.domains.base import Task
-from curriculum.spotcheck import Band
 from curriculum.staleness import StalenessPolicy
 from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, SolverTrial
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 from daemon.loop.state import Champion, DriverState
+from probes.band import Band
 
 log = logging.getLogger("propel.frontier")
 

@@ -15,23 +15,13 @@ from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
 from curriculum.store.models import Label, MetricPoint, RetrainJob, SolverTrial
 from daemon.http.api import ApiContext, create_app
-from daemon.loop.driver import Driver, DriverHooks
+from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
-from daemon.ops.metrics import build_metrics, export_cycle
+from daemon.ops.metrics import build_metrics
 from tests.integration.servers import serve_app
 from tests.integration.test_driver import make_driver
 
 pytestmark = pytest.mark.integration
-
-
-class Exporter(DriverHooks):
-    """Prometheus export of every recorded metric, as the service's hooks do."""
-
-    def __init__(self) -> None:
-        self.metrics = build_metrics()
-
-    def export(self, cycle: int, values: dict[str, float]) -> None:
-        export_cycle(self.metrics, values, cycle=cycle)
 
 
 def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
@@ -48,7 +38,7 @@ def _solver(driver: Driver) -> SyntheticArithSolver:
 def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store: Store, tmp_path: Path) -> None:
     frontier = FrontierSettings(drift_budget_share=0.5, drift_per_stratum=4)
     driver, _ = make_driver(store, tmp_path, frontier=frontier, budget_per_cycle=12)
-    driver.hooks = exporter = Exporter()
+    driver.metrics = metrics_out = build_metrics()  # the Prometheus export, as the service wires it
     name = driver.spot.solver_id
     _tick_to(driver, "rl", 2)  # two cycles of labels under the unversioned solver
     with store.session() as s:
@@ -83,7 +73,7 @@ def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store
         refreshes = s.execute(select(RetrainJob.state, RetrainJob.reason, RetrainJob.result).where(
             RetrainJob.name.like("drv-primary-r%"))).all()
     assert len(refreshes) == 1 and refreshes[0].state in ("done", "skipped"), refreshes
-    ctx = ApiContext(store=store, run_name="drv", registry=exporter.metrics.registry)
+    ctx = ApiContext(store=store, run_name="drv", registry=metrics_out.registry)
     with serve_app(create_app(ctx)) as url:  # the operator's view: /v1/status and a real /metrics scrape
         status = httpx.get(f"{url}/v1/status").json()
         metrics = httpx.get(f"{url}/metrics").text
@@ -93,6 +83,8 @@ def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store
     assert rows["step-100"]["transitions"]["in_band"]["too_easy"] == m.matrix["in_band"]["too_easy"]
     [line] = [x for x in metrics.splitlines() if x.startswith("propel_drift_score_ratio ")]
     assert float(line.split()[1]) == pytest.approx(m.score)
+    [line] = [x for x in metrics.splitlines() if x.startswith("propel_drift_remeasured_total ")]
+    assert float(line.split()[1]) == driver.state()[2].totals.drift_remeasured >= 6  # the run total, exported
 
 
 def test_unversioned_run_never_opens_a_measurement(store: Store, tmp_path: Path) -> None:

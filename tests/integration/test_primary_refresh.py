@@ -25,7 +25,7 @@ from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
 from daemon.loop.ports import Scored
 from probes import FeatureExtractor
-from tests.integration.retrain_data import BAND, spec_for, tiny_reference
+from tests.integration.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
 from tests.integration.test_driver import FakeEngine, make_driver
 
 pytestmark = pytest.mark.integration
@@ -55,31 +55,35 @@ def test_challenger_replaces_the_champion_only_when_it_wins(store: Store, tmp_pa
     solver = SyntheticArithSolver(seed=1, offset=4.0)
     name = solver.solver_id
     ref = tiny_reference()
+    artifacts = artifacts_for(store, tmp_path)  # challengers go to the store; the champion is fetched from it
     common = {"solver": name, "role": "primary", "refresh_min_labels": 16, "holdout_share": 0.3, "threshold": 0.5}
     _label(store, solver, ids, "")  # the old, weak solver
-    old = run_retrain(store, spec_for(run_id, ref, tmp_path, name="rf-primary-0", staleness={"keep_versions": 9},
-                                      **common), ArithDomain(), FeatureExtractor(ref))
+    old = run_retrain(store, spec_for(run_id, ref, name="rf-primary-0", staleness={"keep_versions": 9},
+                                      **common), ArithDomain(), FeatureExtractor(ref), artifacts)
     assert old.state == "done" and old.result["champion"] is None and old.result["promote"]
     with store.session() as s:
         champion_uri = s.scalars(select(ProbeRow.artifact_uri).where(ProbeRow.id == old.probe_id)).one()
+    assert champion_uri.startswith("cas://sha256/") and artifacts.has_tree(champion_uri)
+    with store.session() as s:
         solver_versions.register(s, name, "step-2")
     solver.set_skill(9.0)  # a much stronger checkpoint: the band moved to harder tasks
     _label(store, solver, ids, "step-2")
-    spec = spec_for(run_id, ref, tmp_path, name="rf-primary-1", staleness={"keep_versions": 1},
+    spec = spec_for(run_id, ref, name="rf-primary-1", staleness={"keep_versions": 1},
                     champion=champion_uri, **common)
-    new = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref))
+    new = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
     assert new.state == "done" and new.probe_id is not None
     champ, chall = new.result["champion"], new.result["challenger"]
     assert new.result["promote"], new.result["reason"]
     assert chall["balanced_accuracy"] > champ["balanced_accuracy"] and chall["ece"] <= champ["ece"]
-    assert run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref)) == new  # redelivery: recorded outcome
+    redelivered = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert redelivered == new  # redelivery: the recorded outcome
     with store.session() as s:
         row = s.scalars(select(ProbeRow).where(ProbeRow.id == new.probe_id)).one()
         new_uri = row.artifact_uri
     assert (row.role, row.active) == ("primary", False) and row.meta["refresh"]["promote"]
     # the same data, seed and feature again: an identical challenger ties and the champion stays
-    tie = run_retrain(store, spec_for(run_id, ref, tmp_path, name="rf-primary-2", staleness={"keep_versions": 1},
-                                      champion=new_uri, **common), ArithDomain(), FeatureExtractor(ref))
+    tie = run_retrain(store, spec_for(run_id, ref, name="rf-primary-2", staleness={"keep_versions": 1},
+                                      champion=new_uri, **common), ArithDomain(), FeatureExtractor(ref), artifacts)
     assert tie.state == "done" and not tie.result["promote"] and "does not beat" in tie.result["reason"]
 
 
@@ -92,7 +96,7 @@ class RescoringEngine(FakeEngine):
         if not self.loaded:
             return base
         probs = [max(0.0, p - 0.2) for p in base.probabilities]
-        return Scored([p * 10 - 5 for p in probs], probs)
+        return Scored([p * 10 - 5 for p in probs], probs, base.ensemble)
 
 
 def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
@@ -108,11 +112,12 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     with store.session() as s:
         leased = [x.task_id for x in queue.lease(s, 3, 600, "trainer", max_attempts=5)]
     _tick_to(driver, "retrain", 2)
-    counters = driver.state()[2]
+    state = driver.state()[2]
     with store.session() as s:
         primaries = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
         states = dict(s.execute(select(QueueItem.task_id, QueueItem.state)).all())
-    assert counters.get("champion", {}).get("probe") == primaries[0].name != "primary"  # the challenger leads
+    assert state.champion is not None and state.champion.probe == primaries[0].name != "primary"  # it leads
+    assert state.totals.primary_refreshes == 1 and state.totals.stale_retired >= 1
     assert engine.loaded and engine.loaded[-1][0] == [primaries[0].artifact_uri]  # the reward hot-swapped
     stale = [t for t, st in states.items() if st == "stale"]
     assert stale and all(states[t] == "leased" for t in leased)

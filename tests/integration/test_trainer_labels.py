@@ -16,7 +16,7 @@ from curriculum.store.db import Store
 from daemon.http.api import ApiContext, create_app
 from probes import FeatureExtractor
 from propel_sdk.client import PropelClient
-from tests.integration.retrain_data import seed_labelled_run, spec_for, tiny_reference
+from tests.integration.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
 from tests.integration.servers import serve_app
 
 pytestmark = pytest.mark.integration
@@ -42,6 +42,6 @@ def test_acked_outcomes_feed_the_retrain_with_staleness(store: Store, tmp_path: 
     assert {x.task_id for x in only_current} == set(ids[:12])  # the unversioned labels are one version old
     assert {fresh[t].label.valid_trials for t in ids[:12] if fresh[t].label} == {7, 8}  # errors excluded
     ref = tiny_reference()
-    spec = spec_for(run_id, ref, tmp_path, solver=name, staleness={"keep_versions": 1}, threshold=0.0)
-    out = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref))
+    spec = spec_for(run_id, ref, solver=name, staleness={"keep_versions": 1}, threshold=0.0)
+    out = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts_for(store, tmp_path))
     assert out.state == "skipped" and out.reason is not None  # 12 in-band trainer labels only: one class

@@ -12,9 +12,9 @@ from curriculum.drift import (
     stratum,
     transition_matrix,
 )
-from curriculum.spotcheck import Band
 from curriculum.staleness import LabelRecord, Weighted
 from daemon.loop.frontier import drift_share
+from probes.band import Band
 
 BAND = Band(k=8, lo=1, hi=3, min_valid_trials=6)
 

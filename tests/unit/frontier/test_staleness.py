@@ -16,8 +16,9 @@ from curriculum.solver_versions import (
     resolve_order,
     split_solver_id,
 )
-from curriculum.spotcheck import Band, LabelValue
+from curriculum.spotcheck import LabelValue
 from curriculum.staleness import LabelRecord, StalenessPolicy, freshest_per_task, weigh
+from probes.band import Band
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
