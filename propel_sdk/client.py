@@ -5,15 +5,17 @@
         solved = train_on(task.message)          # your code
         client.ack(task, solved=solved, n=8, solver="my-policy@step-1200")
 
-Delivery is at-least-once: a task whose lease expires (trainer crashed) is delivered again, so make
-training on a task idempotent or tolerate repeats; ``ack`` is idempotent. ``iterate`` renews the
+Acks need the lease token (a ``LeasedTask`` carries it); many at once with
+``client.ack_many([Ack(task, solved=3, n=8, solver="pol@1200"), ...])``. Delivery is at-least-once:
+a task whose lease expires (trainer crashed) is delivered again, so make training on a task
+idempotent or tolerate repeats; ``ack`` is idempotent. ``iterate`` renews the
 leases of tasks it handed out and that are not yet acked or nacked, in a background thread.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,17 @@ class PropelClientError(Exception):
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One outcome for :meth:`PropelClient.ack_many`."""
+
+    task: LeasedTask | int
+    solved: int
+    n: int
+    solver: str
+    lease_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,11 +88,26 @@ class PropelClient:
         return tasks
 
     def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None) -> str:
+        """Ack one outcome: ``acked``, ``late`` (accepted after the lease expired) or ``already_acked``;
+        raises :class:`PropelClientError` (409) when the lease was lost."""
         task_id, token = self._id_token(task, lease_token)
         status = str(self._post(f"/v1/tasks/{task_id}/ack", {"solved": solved, "n": n, "solver": solver,
                                                               "lease_token": token})["status"])
         self._forget(task_id)
         return status
+
+    def ack_many(self, outcomes: Sequence[Ack]) -> dict[int, str]:
+        """Ack many outcomes in one request (up to 1000); a status per task id, never an exception for
+        a refused item (``lease_lost``, ``not_leased``, ``not_found`` are statuses here)."""
+        body = []
+        for o in outcomes:
+            task_id, token = self._id_token(o.task, o.lease_token)
+            body.append({"id": task_id, "solved": o.solved, "n": o.n, "solver": o.solver, "lease_token": token})
+        data = self._post("/v1/tasks/ack", {"outcomes": body})
+        statuses = {int(r["id"]): str(r["status"]) for r in data["results"]}
+        for task_id in statuses:
+            self._forget(task_id)
+        return statuses
 
     def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
         task_id, token = self._id_token(task, lease_token)
@@ -123,12 +151,16 @@ class PropelClient:
                 except PropelClientError:
                     self._forget(task_id)  # lease lost or task gone: nothing left to keep alive
 
-    def _id_token(self, task: LeasedTask | int, lease_token: str | None) -> tuple[int, str | None]:
+    def _id_token(self, task: LeasedTask | int, lease_token: str | None) -> tuple[int, str]:
+        """The task id and the lease token to send: given, from the task, or from this client's leases."""
         if isinstance(task, LeasedTask):
             return task.id, lease_token or task.lease_token
         with self._lock:
             held = self._outstanding.get(task)
-        return task, lease_token or (held[0] if held else None)
+        token = lease_token or (held[0] if held else None)
+        if token is None:
+            raise ValueError(f"task {task}: no lease token (pass lease_token=, or the LeasedTask this client leased)")
+        return task, token
 
     def _forget(self, task_id: int) -> None:
         with self._lock:

@@ -13,16 +13,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from curriculum.store import queue, repo
-from curriculum.store.db import Store
-from curriculum.store.models import DaemonState, Run
+from curriculum.store.db import Store, insert_ignore
+from curriculum.store.models import DaemonState, Label, Run, utcnow
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -54,6 +57,13 @@ class ApiContext:
     heartbeat_stale_s: float = 300.0
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    run_id: int | None = None  # resolved from run_name on first use
+
+    def resolve_run(self, sess: Session) -> int | None:
+        """The id of this API's run (None until the run exists): every queue call is scoped to it."""
+        if self.run_id is None:
+            self.run_id = sess.scalars(select(Run.id).where(Run.name == self.run_name)).first()
+        return self.run_id
 
 
 class LeaseRequest(BaseModel):
@@ -63,12 +73,18 @@ class LeaseRequest(BaseModel):
     consumer: Text = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
 
 
+LeaseToken = Annotated[Text, Field(min_length=1, max_length=64,
+                                   description="the lease_token from the lease answer (required)")]
+
+
 class AckRequest(BaseModel):
+    """A trainer's outcome for one leased task (the fields every ack carries)."""
+
     model_config = ConfigDict(extra="forbid")
     solved: int = Field(ge=0, description="attempts of the trainer's solver that solved the task")
     n: int = Field(ge=1, le=10_000, description="attempts made")
     solver: Text = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
-    lease_token: Text | None = Field(default=None, max_length=64)
+    lease_token: LeaseToken
 
     @model_validator(mode="after")
     def _solved_le_n(self) -> AckRequest:
@@ -77,10 +93,37 @@ class AckRequest(BaseModel):
         return self
 
 
+class AckItem(AckRequest):
+    """One outcome of a batched ack: the task id plus the fields of a single ack."""
+
+    id: int = Field(ge=1, le=2**31 - 1, description="task id from the leased message")
+
+
+class AckBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    outcomes: list[AckItem] = Field(min_length=1, max_length=queue.MAX_BATCH)
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> AckBatchRequest:
+        ids = [o.id for o in self.outcomes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("outcomes: each task id may appear once per batch")
+        return self
+
+
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease_token: Text | None = Field(default=None, max_length=64)
-    lease_s: float = Field(default=600, gt=0, le=86_400)
+    lease_token: LeaseToken
+    lease_s: float = Field(default=600, gt=0, le=86_400, description="renew: the new lease runs this long from now")
+
+
+class FastJSON(Response):
+    """JSON rendered by orjson straight from plain values (no ``jsonable_encoder`` pass)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
 
 
 class BodyLimit(BaseHTTPMiddleware):
@@ -151,22 +194,32 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 
 
 def _queue_routes(app: FastAPI) -> None:
-    @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"])
-    def lease(body: LeaseRequest, ctx: Ctx) -> dict[str, Any]:
+    @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
+    def lease(body: LeaseRequest, ctx: Ctx) -> FastJSON:
         """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery)."""
         with ctx.store.session() as s:
-            got = queue.lease(s, body.n, body.lease_s, body.consumer, ctx.max_attempts)
-        return {"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
-                           "attempts": x.attempts, "task": x.message} for x in got]}
+            run_id = ctx.resolve_run(s)
+            got = [] if run_id is None else queue.lease(s, body.n, body.lease_s, body.consumer, ctx.max_attempts,
+                                                        run_id=run_id)
+        return FastJSON({"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
+                                    "attempts": x.attempts, "task": x.message} for x in got]})
+
+    @app.post("/v1/tasks/ack", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
+    def ack_many(body: AckBatchRequest, ctx: Ctx) -> FastJSON:
+        """Ack many outcomes in one call: a status per item (``acked``, ``late``, ``already_acked``,
+        ``lease_lost``, ``not_leased``, ``not_found``); idempotent, one outcome per task."""
+        statuses = _ack(ctx, [(o.id, o) for o in body.outcomes])
+        counts: dict[str, int] = {}
+        for st in statuses.values():
+            counts[st.value] = counts.get(st.value, 0) + 1
+        return FastJSON({"results": [{"id": o.id, "status": statuses[o.id].value} for o in body.outcomes],
+                         "counts": counts})
 
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
     def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
-        """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``)."""
-        with ctx.store.session() as s:
-            status = queue.ack(s, task_id, solved=body.solved, n=body.n, solver=body.solver,
-                               lease_token=body.lease_token)
-            if status == queue.AckStatus.ACKED:
-                _store_outcome(s, ctx, task_id, body)
+        """Record the trainer's outcome: ``acked``, ``late`` (after ``lease_until``, nobody else had the
+        task) or ``already_acked`` (idempotent); 409 when the lease was lost, 404 for an unknown task."""
+        status = _ack(ctx, [(task_id, body)])[task_id]
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
         return {"id": task_id, "status": status.value}
@@ -175,29 +228,49 @@ def _queue_routes(app: FastAPI) -> None:
     def nack(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
         with ctx.store.session() as s:
-            status = queue.nack(s, task_id, ctx.max_attempts, body.lease_token)
+            run_id = ctx.resolve_run(s)
+            status = queue.AckStatus.NOT_FOUND if run_id is None else queue.nack(
+                s, task_id, run_id=run_id, lease_token=body.lease_token, max_attempts=ctx.max_attempts)
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
-        return {"id": task_id, "status": "returned" if status == queue.AckStatus.ACKED else status.value}
+        return {"id": task_id, "status": "returned" if status.accepted else status.value,
+                "late": status == queue.AckStatus.LATE}
 
     @app.post("/v1/tasks/{task_id}/renew", dependencies=[Auth], tags=["queue"])
     def renew(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
-        """Extend a live lease by ``lease_s`` seconds."""
-        if body.lease_token is None:
-            raise HTTPException(422, "lease_token is required to renew")
+        """Extend the lease to ``lease_s`` seconds from now (``late`` when it had expired but nobody
+        else had taken the task)."""
         with ctx.store.session() as s:
-            status = queue.renew(s, task_id, body.lease_token, body.lease_s)
-        if status != queue.AckStatus.ACKED:
+            run_id = ctx.resolve_run(s)
+            status = queue.AckStatus.NOT_FOUND if run_id is None else queue.renew(
+                s, task_id, run_id=run_id, lease_token=body.lease_token, lease_s=body.lease_s)
+        if not status.accepted:
             raise HTTPException(ACK_HTTP.get(status, 409), status.value)
-        return {"id": task_id, "status": "renewed"}
+        return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
 
 
-def _store_outcome(s: Any, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
+def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queue.AckStatus]:
+    """Ack outcomes of this API's run and store each accepted one as a ``consumer`` label, in one
+    transaction (an outcome and its label are written together or not at all)."""
+    outcomes = [queue.Outcome(tid, b.lease_token, b.solved, b.n, b.solver) for tid, b in items]
+    with ctx.store.session() as s:
+        run_id = ctx.resolve_run(s)
+        if run_id is None:
+            return {tid: queue.AckStatus.NOT_FOUND for tid, _ in items}
+        statuses = queue.ack_many(s, outcomes, run_id=run_id)
+        _store_outcomes(s, ctx, [(tid, b) for tid, b in items if statuses[tid].accepted])
+    return statuses
+
+
+def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
+    """One label per accepted ack (source ``consumer``), in one statement. The queue accepts one
+    outcome per task, so each (task, solver, consumer) label is written once."""
     lo, hi = ctx.band
-    rate = body.solved / body.n
-    in_band = lo / ctx.k <= rate <= hi / ctx.k
-    repo.upsert_label(s, task_id, body.solver, "consumer", k=body.n, solved=body.solved, valid_trials=body.n,
-                      band=ctx.band, in_band=in_band)
+    now = utcnow()
+    rows = [{"task_id": tid, "solver_id": b.solver, "source": "consumer", "k": b.n, "solved": b.solved,
+             "valid_trials": b.n, "band_lo": lo, "band_hi": hi,
+             "in_band": lo / ctx.k <= b.solved / b.n <= hi / ctx.k, "updated_at": now} for tid, b in items]
+    insert_ignore(s, Label, rows, ["task_id", "solver_id", "source"])
 
 
 def _status_routes(app: FastAPI) -> None:
@@ -222,13 +295,11 @@ def _status_routes(app: FastAPI) -> None:
 
 
 def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run."""
-    from sqlalchemy import select
-
+    """What ``/v1/status`` and ``propel status`` report for a run (queue depths of that run only)."""
     with store.session() as s:
         run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
         state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
+        depths = repo.queue_depths(s, run_id) if run_id else {}
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
     return {

@@ -328,7 +328,7 @@ class Driver:
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
-            ready = queue.ready_count(s)
+            ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,
                                      max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,

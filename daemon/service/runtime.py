@@ -95,14 +95,14 @@ class ServiceHooks(DriverHooks):
 
     def __init__(self, cfg: PropelConfig, store: Store, run_id: int, metrics: PropelMetrics,
                  progress: Progress) -> None:
-        self.metrics, self.progress, self.store = metrics, progress, store
+        self.metrics, self.progress, self.store, self.run_id = metrics, progress, store, run_id
         self.alerts_mgr = AlertManager(store, run_id, cfg.run_name, cfg.alerts.rules,
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
     def export(self, cycle: int, values: dict[str, float]) -> None:
         export_cycle(self.metrics, values, cycle=cycle)
         with self.store.session() as s:
-            export_queue_depths(self.metrics, repo.queue_depths(s))
+            export_queue_depths(self.metrics, repo.queue_depths(s, self.run_id))
 
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None,
                counters: dict[str, Any]) -> None:
