@@ -15,7 +15,7 @@ leases of tasks it handed out and that are not yet acked or nacked, in a backgro
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +78,21 @@ class PropelClient:
         data: dict[str, Any] = resp.json()
         return data
 
-    def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client") -> list[LeasedTask]:
-        data = self._post("/v1/tasks/lease", {"n": n, "lease_s": lease_s, "consumer": consumer})
+    def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client", *,
+              domains: Mapping[str, float] | None = None, topics: Mapping[str, float] | None = None,
+              predicted_in_band: tuple[float, float] | None = None, solver: str | None = None) -> list[LeasedTask]:
+        """Lease up to ``n`` tasks; optionally a mixture (``domains={"arith": 0.7, "math": 0.3}`` or
+        ``topics=…``), a ``predicted_in_band=(lo, hi)`` range and one ``solver``'s tasks."""
+        body: dict[str, Any] = {"n": n, "lease_s": lease_s, "consumer": consumer}
+        if domains is not None:
+            body["domains"] = dict(domains)
+        if topics is not None:
+            body["topics"] = dict(topics)
+        if predicted_in_band is not None:
+            body["predicted_in_band"] = {"min": predicted_in_band[0], "max": predicted_in_band[1]}
+        if solver is not None:
+            body["solver"] = solver
+        data = self._post("/v1/tasks/lease", body)
         tasks = [LeasedTask(int(t["task"]["id"]), t["lease_token"], t["lease_until"], int(t["attempts"]), t["task"])
                  for t in data["tasks"]]
         with self._lock:
@@ -126,14 +139,15 @@ class PropelClient:
         return data
 
     def iterate(self, batch: int = 16, lease_s: float = 600, consumer: str = "python-client",
-                stop_when_empty: bool = True) -> Iterator[LeasedTask]:
-        """Yield leased tasks batch by batch, renewing outstanding leases every ``lease_s / 3``."""
+                stop_when_empty: bool = True, **selection: Any) -> Iterator[LeasedTask]:
+        """Yield leased tasks batch by batch (``selection``: the keyword filters of :meth:`lease`),
+        renewing outstanding leases every ``lease_s / 3``."""
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew_loop, args=(stop, lease_s), daemon=True)
         renewer.start()
         try:
             while True:
-                tasks = self.lease(batch, lease_s, consumer)
+                tasks = self.lease(batch, lease_s, consumer, **selection)
                 if not tasks and stop_when_empty:
                     return
                 yield from tasks

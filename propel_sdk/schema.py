@@ -46,6 +46,8 @@ class FrontierTask(BaseModel):
     grading: dict[str, Any] = Field(description="what grading needs (domain-specific: answer, hidden tests …)")
     predicted_in_band: float = Field(ge=0, le=1, description="probe ensemble's probability of being in band")
     spot_check: SpotCheck | None = Field(description="real solver label, when the task was spot-checked")
+    solver: str | None = Field(default=None, description="the solver whose frontier the task was selected for "
+                               "(lease requests may ask for one solver)")
     topic: str | None
     band: tuple[int, int] = Field(description="target band [lo, hi] of solves out of k")
     k: int

@@ -104,11 +104,24 @@ class Outcome:
 
 
 def enqueue(sess: Session, items: Sequence[tuple[int, int | None, str | None, dict[str, Any]]]) -> int:
-    """Add ``(task_id, run_id, topic, message)`` rows; tasks already queued are skipped."""
+    """Add ``(task_id, run_id, topic, message)`` rows; tasks already queued are skipped.
+
+    The selectable fields (domain, predicted in-band probability, target solver) are copied from
+    the message (see :class:`propel_sdk.schema.FrontierTask`).
+    """
     now = utcnow()
-    rows = [{"task_id": t, "run_id": r, "topic": topic, "message": msg, "state": "ready",
-             "attempts": 0, "enqueued_at": now} for t, r, topic, msg in items]
+    rows = [{"task_id": t, "run_id": r, "topic": topic, "message": msg, "state": "ready", "attempts": 0,
+             "enqueued_at": now, **selectable(msg)} for t, r, topic, msg in items]
     return insert_ignore(sess, QueueItem, rows, ["task_id"])
+
+
+def selectable(message: dict[str, Any]) -> dict[str, Any]:
+    """The queue columns a lease may select on, read from a task message."""
+    p = message.get("predicted_in_band")
+    check = message.get("spot_check")
+    solver = message.get("solver") or (check.get("solver") if isinstance(check, dict) else None)
+    return {"domain": message.get("domain"), "predicted_in_band": float(p) if isinstance(p, int | float) else None,
+            "solver": solver}
 
 
 def _visible(now: datetime) -> ColumnElement[bool]:

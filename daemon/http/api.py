@@ -26,6 +26,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from curriculum.store import queue, repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import DaemonState, Label, Run, utcnow
+from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names
 
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
@@ -58,6 +59,7 @@ class ApiContext:
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     run_id: int | None = None  # resolved from run_name on first use
+    known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -66,11 +68,48 @@ class ApiContext:
         return self.run_id
 
 
+Name = Annotated[Text, Field(min_length=1, max_length=128)]
+Weight = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
+class PredictedRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: float = Field(default=0.0, ge=0, le=1)
+    max: float = Field(default=1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PredictedRange:
+        if self.min > self.max:
+            raise ValueError("min cannot exceed max")
+        return self
+
+
 class LeaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     n: int = Field(default=1, ge=1, le=1000, description="how many tasks to lease")
     lease_s: float = Field(default=600, gt=0, le=86_400, description="lease duration in seconds")
     consumer: Text = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
+    domains: dict[Name, Weight] | None = Field(default=None, min_length=1, max_length=64,
+                                               description="mixture over domains: name → weight")
+    topics: dict[Name, Weight] | None = Field(default=None, min_length=1, max_length=64,
+                                              description="mixture over topics: name → weight")
+    predicted_in_band: PredictedRange | None = Field(default=None, description="range of the probes' predicted "
+                                                     "in-band probability, e.g. {\"min\": 0.6, \"max\": 0.9}")
+    solver: Text | None = Field(default=None, min_length=1, max_length=256,
+                                description="only tasks selected for this solver's frontier")
+
+    @model_validator(mode="after")
+    def _one_mixture(self) -> LeaseRequest:
+        if self.domains is not None and self.topics is not None:
+            raise ValueError("give domains or topics, not both")
+        return self
+
+    def selection(self) -> Selection:
+        by: MixtureKey | None = "domain" if self.domains else "topic" if self.topics else None
+        rng = self.predicted_in_band
+        return Selection(by=by, weights=dict(self.domains or self.topics or {}),
+                         min_predicted=rng.min if rng else None, max_predicted=rng.max if rng else None,
+                         solver=self.solver)
 
 
 LeaseToken = Annotated[Text, Field(min_length=1, max_length=64,
@@ -195,12 +234,19 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 
 def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
-    def lease(body: LeaseRequest, ctx: Ctx) -> FastJSON:
-        """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery)."""
+    def lease(body: LeaseRequest, ctx: Ctx) -> Response:
+        """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery), optionally a
+        mixture of ``domains`` or ``topics`` (name → weight), a ``predicted_in_band`` range and a ``solver``;
+        an unknown name is a 422."""
+        sel = body.selection()
         with ctx.store.session() as s:
             run_id = ctx.resolve_run(s)
-            got = [] if run_id is None else queue.lease(s, body.n, body.lease_s, body.consumer, ctx.max_attempts,
-                                                        run_id=run_id)
+            if run_id is None:
+                return FastJSON({"tasks": []})
+            missing = unknown_names(s, run_id, sel, ctx.known_names)
+            if missing:
+                return _unknown(missing, ctx.run_name)
+            got = lease_selected(s, body.n, body.lease_s, body.consumer, ctx.max_attempts, run_id=run_id, sel=sel)
         return FastJSON({"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
                                     "attempts": x.attempts, "task": x.message} for x in got]})
 
@@ -247,6 +293,15 @@ def _queue_routes(app: FastAPI) -> None:
         if not status.accepted:
             raise HTTPException(ACK_HTTP.get(status, 409), status.value)
         return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
+
+
+def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:
+    """422 naming each unknown domain, topic or solver (the shape of a validation error)."""
+    field_of = {"domain": "domains", "topic": "topics", "solver": "solver"}
+    detail = [{"loc": ["body", field_of[kind], *([name] if kind != "solver" else [])],
+               "msg": f"unknown {kind} {name!r}: no task of run {run_name!r} has it", "type": "value_error"}
+              for kind, name in missing]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queue.AckStatus]:

@@ -352,6 +352,7 @@ class Driver:
         msg = FrontierTask(
             id=task.id, domain=task.domain, solver_prompt=self.engine.domain.solver_prompt(dom_task),
             grading=dict(task.payload), predicted_in_band=float(r.probability), spot_check=check, topic=task.topic,
+            solver=self.spot.solver_id,
             band=(self.s.band.lo, self.s.band.hi), k=self.s.band.k, created_at=task.created_at,
             provenance=Provenance(generator_step=task.generator_step, adapter_hash=task.adapter_hash,
                                   probe_ensemble_id=prov.get("probe_ensemble_id"),
