@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
+
+# A batch of leased tasks is tens of kB of JSON: orjson reads and writes it several times faster.
+_dumps, _loads = orjson.dumps, orjson.loads
 
 
 class PropelClientError(Exception):
@@ -68,14 +72,14 @@ class PropelClient:
         self.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        resp = self._http.post(path, json=body)
+        resp = self._http.post(path, content=_dumps(body), headers={"content-type": "application/json"})
         if resp.status_code >= 400:
             try:
-                detail = str(resp.json().get("detail"))
+                detail = str(_loads(resp.content).get("detail"))
             except ValueError:
                 detail = resp.text[:300]
             raise PropelClientError(resp.status_code, detail)
-        data: dict[str, Any] = resp.json()
+        data: dict[str, Any] = _loads(resp.content)
         return data
 
     def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client", *,

@@ -245,17 +245,18 @@ class QueueItem(Base):
 
     ``domain``, ``topic``, ``predicted_in_band`` and ``solver`` are copied from the message so that
     trainers can select on them; the partial ``ix_queue_open_*`` indexes cover a run's open rows in
-    id order (the order leases hand them out).
+    enqueue order (the order leases hand them out).
     """
 
     __tablename__ = "queue"
     __table_args__ = (
         CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead')", name="state"),
         Index("ix_queue_state_lease", "state", "lease_until"),
-        Index("ix_queue_open_run", "run_id", "id", postgresql_where=_QUEUE_OPEN, sqlite_where=_QUEUE_OPEN),
-        Index("ix_queue_open_run_domain", "run_id", "domain", "id", postgresql_where=_QUEUE_OPEN,
+        Index("ix_queue_open_run", "run_id", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
               sqlite_where=_QUEUE_OPEN),
-        Index("ix_queue_open_run_topic", "run_id", "topic", "id", postgresql_where=_QUEUE_OPEN,
+        Index("ix_queue_open_run_domain", "run_id", "domain", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
+              sqlite_where=_QUEUE_OPEN),
+        Index("ix_queue_open_run_topic", "run_id", "topic", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
               sqlite_where=_QUEUE_OPEN),
     )
     id: Mapped[int] = mapped_column(primary_key=True)

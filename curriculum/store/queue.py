@@ -9,7 +9,7 @@ Semantics (at-least-once delivery, exactly-one outcome):
   it in the same transaction that marks the task emitted (outbox).
 * ``lease(n, lease_s)`` hands out up to ``n`` rows that are ``ready`` or whose lease expired, each
   with a fresh lease token, and counts an attempt. One ``UPDATE … WHERE id IN (SELECT … FOR UPDATE
-  SKIP LOCKED) RETURNING`` statement: concurrent consumers never block on or receive each other's
+  SKIP LOCKED) RETURNING`` statement, oldest enqueued first: concurrent consumers never block on or receive each other's
   rows (SQLite serialises writers, so the same statement is atomic there). A row whose lease
   expired after ``max_attempts`` deliveries is dead-lettered by the same statement instead of leased.
 * **The lease rule** (ack, nack and renew alike): a lease token is required, and it is valid while
@@ -26,29 +26,33 @@ Semantics (at-least-once delivery, exactly-one outcome):
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cache, cached_property
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Executable,
+    Float,
     Integer,
     String,
     Table,
+    Text,
     and_,
+    bindparam,
     case,
     cast,
-    column,
     func,
-    literal,
     or_,
     select,
     update,
-    values,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from curriculum.store.db import insert_ignore
@@ -82,14 +86,20 @@ class AckStatus(StrEnum):
 
 @dataclass(frozen=True)
 class Leased:
-    """A leased queue row as a consumer sees it."""
+    """A leased queue row as a consumer sees it; ``message_json`` is the message as stored (the API
+    sends it on without parsing it)."""
 
     queue_id: int
     task_id: int
     lease_token: str
     lease_until: datetime
     attempts: int
-    message: dict[str, Any]
+    message_json: str
+
+    @cached_property
+    def message(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.message_json)
+        return value
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,7 @@ def selectable(message: dict[str, Any]) -> dict[str, Any]:
             "solver": solver}
 
 
-def _visible(now: datetime) -> ColumnElement[bool]:
+def _visible(now: Any) -> ColumnElement[bool]:
     """Rows a lease may take: ready, or leased with the lease expired."""
     return or_(_Q.state == "ready", and_(_Q.state == "leased", _Q.lease_until < now))
 
@@ -141,46 +151,84 @@ def dead_letter_expired(sess: Session, max_attempts: int, *, run_id: int, now: d
     return len(sess.execute(stmt.execution_options(synchronize_session=False)).all())
 
 
-def lease(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: int, *, run_id: int,
-          now: datetime | None = None, where: Sequence[ColumnElement[bool]] = ()) -> list[Leased]:
-    """Lease up to ``n`` visible rows of run ``run_id`` for ``lease_s`` seconds to ``consumer``.
+@dataclass(frozen=True)
+class Match:
+    """Which of a run's visible rows a lease may take; a ``None`` field matches anything."""
 
-    ``where`` narrows the rows (see :mod:`curriculum.store.selection`). Rows met whose attempts are
-    spent are dead-lettered; when that leaves the batch short, the lease is retried for the rest.
+    domains: tuple[str, ...] | None = None
+    topics: tuple[str, ...] | None = None
+    min_predicted: float | None = None
+    max_predicted: float | None = None
+    solver: str | None = None
+
+    def shape(self) -> tuple[bool, ...]:
+        return tuple(getattr(self, f) is not None for f in _MATCH_FIELDS)
+
+
+_MATCH_FIELDS = ("domains", "topics", "min_predicted", "max_predicted", "solver")
+ANY = Match()
+
+
+def lease(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: int, *, run_id: int,
+          now: datetime | None = None, match: Match = ANY) -> list[Leased]:
+    """Lease up to ``n`` visible rows of run ``run_id`` that ``match`` for ``lease_s`` seconds to
+    ``consumer``. Rows met whose attempts are spent are dead-lettered; when that leaves the batch
+    short, the lease is retried for the rest.
     """
     now = now or utcnow()
     got: list[Leased] = []
+    params = {"b_run": run_id, "b_now": now, "b_max": max_attempts, "b_consumer": consumer,
+              "b_until": now + timedelta(seconds=lease_s),
+              **{f"b_{f}": getattr(match, f) for f in _MATCH_FIELDS if getattr(match, f) is not None}}
+    stmt = _lease_statement(match.shape())
     while len(got) < n:
-        batch, dead = _lease_once(sess, n - len(got), lease_s, consumer, max_attempts, run_id, now, where)
+        # Each row's token is a fresh random batch secret plus the row id: unique per row,
+        # unguessable, and different from any earlier lease of the same row.
+        rows = sess.execute(stmt, {**params, "b_n": n - len(got), "b_secret": secrets.token_hex(12) + "-"}).all()
+        batch = [Leased(int(r.id), int(r.task_id), str(r.lease_token), params["b_until"], int(r.attempts),
+                        r.message) for r in sorted(rows, key=lambda r: r.id) if r.state == "leased"]
         got += batch
-        if not dead:
+        if len(batch) == len(rows):  # nothing was dead-lettered: the run has no more visible rows
             break
     return got
 
 
-def _lease_once(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: int, run_id: int,
-                now: datetime, where: Sequence[ColumnElement[bool]]) -> tuple[list[Leased], int]:
-    pick = (select(_Q.id).where(_Q.run_id == run_id, _visible(now), *where).order_by(_Q.id).limit(n)
+@cache
+def _lease_statement(shape: tuple[bool, ...]) -> Executable:
+    """The lease ``UPDATE`` for a :class:`Match` shape: built and compiled once, values bound."""
+    on = dict(zip(_MATCH_FIELDS, shape, strict=True))
+    conds: list[ColumnElement[bool]] = []
+    if on["domains"]:
+        conds.append(_Q.domain.in_(bindparam("b_domains", expanding=True)))
+    if on["topics"]:
+        conds.append(_Q.topic.in_(bindparam("b_topics", expanding=True)))
+    if on["min_predicted"]:
+        conds.append(_Q.predicted_in_band >= bindparam("b_min_predicted", type_=Float))
+    if on["max_predicted"]:
+        conds.append(_Q.predicted_in_band <= bindparam("b_max_predicted", type_=Float))
+    if on["solver"]:
+        conds.append(_Q.solver == bindparam("b_solver", type_=String))
+    now = bindparam("b_now", type_=_Q.lease_until.type)
+    # Enqueue order. Not "ORDER BY id": the primary key gives that order too, and with stale statistics
+    # (a queue drained faster than autovacuum analyses it) PostgreSQL walks the primary key over every
+    # acked row; only the partial ix_queue_open_run* indexes give (enqueued_at, id) order.
+    pick = (select(_Q.id).where(_Q.run_id == bindparam("b_run"), _visible(now), *conds)
+            .order_by(_Q.enqueued_at, _Q.id).limit(bindparam("b_n", type_=Integer))
             .with_for_update(skip_locked=True)).scalar_subquery()
-    until = now + timedelta(seconds=lease_s)
-    spent = _Q.attempts >= max_attempts
-    # One statement for the whole batch. Each row's token is a fresh random batch secret plus the
-    # row id: unique per row, unguessable, and different from any earlier lease of the same row.
-    token = literal(secrets.token_hex(12) + "-") + cast(_Q.id, String)
-    stmt = (update(_QUEUE).where(_Q.id.in_(pick))
+    spent = _Q.attempts >= bindparam("b_max", type_=Integer)
+    token = bindparam("b_secret", type_=String) + cast(_Q.id, String)
+    return (update(_QUEUE).where(_Q.id.in_(pick))
             .values(state=case((spent, "dead"), else_="leased"),
-                    lease_until=case((spent, _Q.lease_until), else_=literal(until, _Q.lease_until.type)),
+                    lease_until=case((spent, _Q.lease_until), else_=bindparam("b_until", type_=_Q.lease_until.type)),
                     lease_token=case((spent, None), else_=token),
-                    consumer=case((spent, _Q.consumer), else_=consumer),
+                    consumer=case((spent, _Q.consumer), else_=bindparam("b_consumer", type_=String)),
                     attempts=case((spent, _Q.attempts), else_=_Q.attempts + 1))
-            .returning(_Q.id, _Q.task_id, _Q.state, _Q.attempts, _Q.message, _Q.lease_token))
-    rows = sess.execute(stmt.execution_options(synchronize_session=False)).all()
-    leased = [Leased(int(r.id), int(r.task_id), str(r.lease_token), until, int(r.attempts), dict(r.message))
-              for r in sorted(rows, key=lambda r: r.id) if r.state == "leased"]
-    return leased, len(rows) - len(leased)
+            .returning(_Q.id, _Q.task_id, _Q.state, _Q.attempts, cast(_Q.message, Text).label("message"),
+                       _Q.lease_token)
+            .execution_options(synchronize_session=False))
 
 
-def _holds(run_id: int, task_id: Any, token: Any) -> list[ColumnElement[bool]]:
+def _holds(run_id: Any, task_id: Any, token: Any) -> list[ColumnElement[bool]]:
     """The lease rule: the row is leased under ``token`` (live or expired-but-untaken)."""
     return [_Q.run_id == run_id, _Q.task_id == task_id, _Q.state == "leased", _Q.lease_token == token]
 
@@ -225,13 +273,25 @@ def _ack_chunk(sess: Session, chunk: Sequence[Outcome], run_id: int, now: dateti
             if row is not None:
                 done[int(row.task_id)] = row.lease_until
         return done
-    v = values(column("tid", Integer), column("tok", String), column("solved", Integer), column("n", Integer),
-               column("solver", String), name="v").data(
-        [(o.task_id, o.lease_token, o.solved, o.n, o.solver) for o in chunk])
-    stmt = (update(_QUEUE).where(*_holds(run_id, v.c.tid, v.c.tok))
-            .values(**sets, outcome_solved=v.c.solved, outcome_n=v.c.n, outcome_solver=v.c.solver)
-            .returning(_Q.task_id, _Q.lease_until))
-    return {int(r.task_id): r.lease_until for r in sess.execute(stmt.execution_options(synchronize_session=False))}
+    stmt = _pg_ack_statement()
+    params = {"tids": [o.task_id for o in chunk], "toks": [o.lease_token for o in chunk],
+              "solved": [o.solved for o in chunk], "ns": [o.n for o in chunk], "solvers": [o.solver for o in chunk],
+              "b_run": run_id, "b_now": now}
+    return {int(r.task_id): r.lease_until for r in sess.execute(stmt, params)}
+
+
+@cache
+def _pg_ack_statement() -> Executable:
+    """``UPDATE queue … FROM unnest(:tids, :toks, …)``: one statement per batch, and the same SQL for
+    every batch size (compiled once, prepared by psycopg), unlike a ``VALUES`` list."""
+    v = func.unnest(bindparam("tids", type_=ARRAY(Integer)), bindparam("toks", type_=ARRAY(String)),
+                    bindparam("solved", type_=ARRAY(Integer)), bindparam("ns", type_=ARRAY(Integer)),
+                    bindparam("solvers", type_=ARRAY(String))).table_valued(
+        "tid", "tok", "solved", "n", "solver").render_derived(name="v")
+    return (update(_QUEUE).where(*_holds(bindparam("b_run"), v.c.tid, v.c.tok))
+            .values(state="acked", acked_at=bindparam("b_now", type_=_Q.acked_at.type), lease_token=None,
+                    outcome_solved=v.c.solved, outcome_n=v.c.n, outcome_solver=v.c.solver)
+            .returning(_Q.task_id, _Q.lease_until).execution_options(synchronize_session=False))
 
 
 def _why_refused(sess: Session, task_ids: Sequence[int], run_id: int) -> dict[int, AckStatus]:

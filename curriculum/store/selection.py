@@ -15,7 +15,7 @@ ever carried is refused (:func:`unknown_names`), so a typo is an error instead o
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from curriculum.store.models import QueueItem
-from curriculum.store.queue import Leased, lease
+from curriculum.store.queue import Leased, Match, lease
 
 MixtureKey = Literal["domain", "topic"]
 
@@ -39,16 +39,11 @@ class Selection:
     max_predicted: float | None = None
     solver: str | None = None
 
-    def filters(self) -> list[ColumnElement[bool]]:
-        """Conditions every selected row meets (the mixture key aside)."""
-        out: list[ColumnElement[bool]] = []
-        if self.min_predicted is not None:
-            out.append(QueueItem.predicted_in_band >= self.min_predicted)
-        if self.max_predicted is not None:
-            out.append(QueueItem.predicted_in_band <= self.max_predicted)
-        if self.solver is not None:
-            out.append(QueueItem.solver == self.solver)
-        return out
+    def match(self, keys: Sequence[str] | None = None) -> Match:
+        """The rows of mixture ``keys`` (all keys when None) that meet the range and solver."""
+        keys = tuple(sorted(self.weights) if keys is None else keys) if self.by is not None else None
+        return Match(domains=keys if self.by == "domain" else None, topics=keys if self.by == "topic" else None,
+                     min_predicted=self.min_predicted, max_predicted=self.max_predicted, solver=self.solver)
 
 
 def _column(by: MixtureKey) -> ColumnElement[str | None]:
@@ -88,16 +83,12 @@ def unknown_names(sess: Session, run_id: int, sel: Selection,
 def lease_selected(sess: Session, n: int, lease_s: float, consumer: str, max_attempts: int, *, run_id: int,
                    sel: Selection, rng: random.Random | None = None, now: datetime | None = None) -> list[Leased]:
     """Lease up to ``n`` tasks of the run that match ``sel`` (see the module docstring)."""
-    base = sel.filters()
     if sel.by is None or not sel.weights:
-        return lease(sess, n, lease_s, consumer, max_attempts, run_id=run_id, now=now, where=base)
-    col = _column(sel.by)
+        return lease(sess, n, lease_s, consumer, max_attempts, run_id=run_id, now=now, match=sel.match())
     got: list[Leased] = []
     for key, share in quotas(n, sel.weights, rng or random.Random()).items():
         if share:
-            got += lease(sess, share, lease_s, consumer, max_attempts, run_id=run_id, now=now,
-                         where=[*base, col == key])
+            got += lease(sess, share, lease_s, consumer, max_attempts, run_id=run_id, now=now, match=sel.match([key]))
     if len(got) < n:  # a key ran short: fill from the other named keys
-        got += lease(sess, n - len(got), lease_s, consumer, max_attempts, run_id=run_id, now=now,
-                     where=[*base, col.in_(list(sel.weights))])
+        got += lease(sess, n - len(got), lease_s, consumer, max_attempts, run_id=run_id, now=now, match=sel.match())
     return sorted(got, key=lambda x: x.queue_id)

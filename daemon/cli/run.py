@@ -53,7 +53,7 @@ def serve_command(ctx: click.Context) -> None:
     from daemon.http.api import ApiContext, create_app
 
     cfg = _cfg(ctx)
-    store = Store(cfg.database_url)
+    store = Store(cfg.database_url, pool_size=cfg.store.pool_size)
     sc = cfg.spotcheck
     app = create_app(ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token,
                                 max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
@@ -61,7 +61,7 @@ def serve_command(ctx: click.Context) -> None:
     app.state.alert_rules = cfg.alerts.rules
     click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
     try:
-        uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning")
+        uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning", access_log=False)
     finally:
         store.dispose()
 

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curriculum.store import queue, repo
 from curriculum.store.db import Store, insert_ignore
@@ -165,25 +165,36 @@ class FastJSON(Response):
         return orjson.dumps(content)
 
 
-class BodyLimit(BaseHTTPMiddleware):
-    """413 for bodies above the limit, by header or by streamed size."""
+class BodyLimit:
+    """413 for bodies above the limit, by header or by streamed size (a plain ASGI middleware:
+    ``BaseHTTPMiddleware`` re-wraps every request and response and cost a third of a lease call)."""
 
-    def __init__(self, app: Any, limit: int) -> None:
-        super().__init__(app)
-        self.limit = limit
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        declared = request.headers.get("content-length")
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
-        if request.method in ("POST", "PUT", "PATCH") and declared is None:
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > self.limit:
-                    return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
-            request._body = body
-        return await call_next(request)
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:  # read by a route: FastAPI turns it into the 413 answer
+                raise HTTPException(413, f"request body above {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        resp = JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
+        await resp(scope, receive, send)
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -248,7 +259,7 @@ def _queue_routes(app: FastAPI) -> None:
                 return _unknown(missing, ctx.run_name)
             got = lease_selected(s, body.n, body.lease_s, body.consumer, ctx.max_attempts, run_id=run_id, sel=sel)
         return FastJSON({"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
-                                    "attempts": x.attempts, "task": x.message} for x in got]})
+                                    "attempts": x.attempts, "task": orjson.Fragment(x.message_json)} for x in got]})
 
     @app.post("/v1/tasks/ack", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
     def ack_many(body: AckBatchRequest, ctx: Ctx) -> FastJSON:

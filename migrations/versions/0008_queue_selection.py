@@ -1,6 +1,6 @@
 """Queue selection columns and indexes: ``domain``, ``predicted_in_band`` and ``solver`` on queue
 rows (a trainer may lease a mixture of domains or topics, a range of predicted in-band probability,
-or tasks for one solver), and partial indexes over the open (ready or leased) rows of a run in id
+or tasks for one solver), and partial indexes over the open (ready or leased) rows of a run in enqueue
 order, so a run-scoped ``SKIP LOCKED`` lease reads a few index entries instead of sorting the run.
 
 Existing rows are filled from their task (domain) and their message (predicted probability, the
@@ -23,8 +23,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 OPEN = "state IN ('ready', 'leased')"
-INDEXES = {"ix_queue_open_run": ["run_id", "id"], "ix_queue_open_run_domain": ["run_id", "domain", "id"],
-           "ix_queue_open_run_topic": ["run_id", "topic", "id"]}
+INDEXES = {"ix_queue_open_run": ["run_id", "enqueued_at", "id"],
+           "ix_queue_open_run_domain": ["run_id", "domain", "enqueued_at", "id"],
+           "ix_queue_open_run_topic": ["run_id", "topic", "enqueued_at", "id"]}
 
 
 def upgrade() -> None:

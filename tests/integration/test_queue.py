@@ -71,11 +71,12 @@ def test_one_expiry_rule_for_ack_nack_renew(store: Store, op: str) -> None:
             return queue.renew(s, task_id, run_id=run, lease_token=token, lease_s=60, now=now)
 
     with store.session() as s:
-        live, expired, taken = queue.lease(s, 3, 10, "a", max_attempts=5, run_id=run, now=t0)
+        [live] = queue.lease(s, 1, 100, "a", max_attempts=5, run_id=run, now=t0)
+        taken, expired = queue.lease(s, 2, 10, "a", max_attempts=5, run_id=run, now=t0)
     later = t0 + timedelta(seconds=11)
-    with store.session() as s:  # someone else leases only the third task after expiry
-        [other] = queue.lease(s, 1, 10, "b", max_attempts=5, run_id=run, now=later,
-                              where=[QueueItem.task_id == taken.task_id])
+    with store.session() as s:  # after expiry someone else leases the older of the two expired tasks
+        [other] = queue.lease(s, 1, 10, "b", max_attempts=5, run_id=run, now=later)
+    assert other.task_id == taken.task_id
     assert call(live.task_id, live.lease_token, t0 + timedelta(seconds=5)) == AckStatus.ACKED
     assert call(expired.task_id, expired.lease_token, later) == AckStatus.LATE
     assert call(taken.task_id, taken.lease_token, later) == AckStatus.LEASE_LOST
