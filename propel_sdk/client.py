@@ -136,6 +136,18 @@ class PropelClient:
         task_id, token = self._id_token(task, lease_token)
         self._post(f"/v1/tasks/{task_id}/renew", {"lease_token": token, "lease_s": lease_s})
 
+    def export(self, **query: Any) -> Iterator[dict[str, Any]]:
+        """Stream the API run's queued tasks as records (``GET /v1/tasks/export``; filters: ``state``,
+        ``topic``, ``domain`` (lists), ``since``, ``until`` (ISO times), ``limit``)."""
+        params = {k: v for k, v in query.items() if v not in (None, [], ())}
+        with self._http.stream("GET", "/v1/tasks/export", params=params, timeout=None) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise PropelClientError(resp.status_code, resp.text[:300])
+            for line in resp.iter_lines():
+                if line:
+                    yield _loads(line)
+
     def status(self) -> dict[str, Any]:
         resp = self._http.get("/v1/status")
         resp.raise_for_status()

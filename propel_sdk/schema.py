@@ -53,3 +53,15 @@ class FrontierTask(BaseModel):
     k: int
     provenance: Provenance
     created_at: datetime
+
+
+class TaskRecord(FrontierTask):
+    """One line of ``propel tasks import`` / ``export``: a :class:`FrontierTask` message plus the
+    generator's ``text``. ``id`` is optional and ignored on import (the store assigns its own);
+    ``domain`` + ``text`` (``solver_prompt`` when there is no text) is the deduplication key.
+    Unknown fields (an export's ``queue`` block) are ignored."""
+
+    id: int | None = Field(default=None, description="ignored on import")  # type: ignore[assignment]
+    text: str | None = Field(default=None, max_length=100_000, description="the generator's task text")
+    domain: str = Field(min_length=1, max_length=32)
+    topic: str | None = Field(max_length=128)

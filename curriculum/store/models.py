@@ -251,6 +251,7 @@ class QueueItem(Base):
     __tablename__ = "queue"
     __table_args__ = (
         CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead')", name="state"),
+        UniqueConstraint("run_id", "task_id"),  # a task is queued once per run (another run may replay it)
         Index("ix_queue_state_lease", "state", "lease_until"),
         Index("ix_queue_open_run", "run_id", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
               sqlite_where=_QUEUE_OPEN),
@@ -260,7 +261,7 @@ class QueueItem(Base):
               sqlite_where=_QUEUE_OPEN),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
-    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), unique=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     state: Mapped[str] = mapped_column(String(8), default="ready")
     message: Mapped[dict[str, Any]] = mapped_column(default=dict)

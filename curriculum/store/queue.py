@@ -5,7 +5,7 @@ another run's tasks, even when several runs share one database.
 
 Semantics (at-least-once delivery, exactly-one outcome):
 
-* ``enqueue`` adds one row per task (unique on task id, so emitting a task twice is a no-op); call
+* ``enqueue`` adds one row per task and run (unique, so emitting a task twice is a no-op); call
   it in the same transaction that marks the task emitted (outbox).
 * ``lease(n, lease_s)`` hands out up to ``n`` rows that are ``ready`` or whose lease expired, each
   with a fresh lease token, and counts an attempt. One ``UPDATE … WHERE id IN (SELECT … FOR UPDATE
@@ -122,7 +122,7 @@ def enqueue(sess: Session, items: Sequence[tuple[int, int | None, str | None, di
     now = utcnow()
     rows = [{"task_id": t, "run_id": r, "topic": topic, "message": msg, "state": "ready", "attempts": 0,
              "enqueued_at": now, **selectable(msg)} for t, r, topic, msg in items]
-    return insert_ignore(sess, QueueItem, rows, ["task_id"])
+    return insert_ignore(sess, QueueItem, rows, ["run_id", "task_id"])
 
 
 def selectable(message: dict[str, Any]) -> dict[str, Any]:

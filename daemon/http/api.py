@@ -9,14 +9,15 @@ fresh labels for later probe retraining.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import select
@@ -27,7 +28,9 @@ from curriculum.store import queue, repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import DaemonState, Label, Run, utcnow
 from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names
+from curriculum.store.transfer import ExportFilter, export_rows
 
+QueueState = Literal["ready", "leased", "acked", "dead"]
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
 
@@ -224,6 +227,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
+    _export_route(app)
     _status_routes(app)
     try:
         from daemon.http.dashboard import router as dashboard_router
@@ -250,7 +254,7 @@ def _queue_routes(app: FastAPI) -> None:
         mixture of ``domains`` or ``topics`` (name → weight), a ``predicted_in_band`` range and a ``solver``;
         an unknown name is a 422."""
         sel = body.selection()
-        with ctx.store.session() as s:
+        with ctx.store.autocommit() as s:  # each lease statement is atomic on its own
             run_id = ctx.resolve_run(s)
             if run_id is None:
                 return FastJSON({"tasks": []})
@@ -284,7 +288,7 @@ def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/{task_id}/nack", dependencies=[Auth], tags=["queue"])
     def nack(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
-        with ctx.store.session() as s:
+        with ctx.store.autocommit() as s:
             run_id = ctx.resolve_run(s)
             status = queue.AckStatus.NOT_FOUND if run_id is None else queue.nack(
                 s, task_id, run_id=run_id, lease_token=body.lease_token, max_attempts=ctx.max_attempts)
@@ -297,13 +301,40 @@ def _queue_routes(app: FastAPI) -> None:
     def renew(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Extend the lease to ``lease_s`` seconds from now (``late`` when it had expired but nobody
         else had taken the task)."""
-        with ctx.store.session() as s:
+        with ctx.store.autocommit() as s:
             run_id = ctx.resolve_run(s)
             status = queue.AckStatus.NOT_FOUND if run_id is None else queue.renew(
                 s, task_id, run_id=run_id, lease_token=body.lease_token, lease_s=body.lease_s)
         if not status.accepted:
             raise HTTPException(ACK_HTTP.get(status, 409), status.value)
         return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
+
+
+def _export_route(app: FastAPI) -> None:
+    @app.get("/v1/tasks/export", dependencies=[Auth], tags=["queue"], response_class=StreamingResponse)
+    def export(ctx: Ctx, state: Annotated[list[QueueState] | None, Query()] = None,
+               topic: Annotated[list[Name] | None, Query()] = None,
+               domain: Annotated[list[Name] | None, Query()] = None,
+               since: datetime | None = None, until: datetime | None = None,
+               limit: Annotated[int | None, Query(ge=1)] = None) -> StreamingResponse:
+        """The run's queued tasks as JSONL records (message, ``text``, ``queue``: state, attempts, times,
+        the trainer's outcome) in enqueue order; what ``propel tasks import`` reads back."""
+        flt = ExportFilter(states=tuple(state or ()), topics=tuple(topic or ()), domains=tuple(domain or ()),
+                           since=_aware(since), until=_aware(until), limit=limit)
+
+        def lines() -> Iterator[bytes]:
+            with ctx.store.session() as s:
+                run_id = ctx.resolve_run(s)
+                if run_id is None:
+                    return
+                for row in export_rows(s, run_id, flt):
+                    yield orjson.dumps(row) + b"\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    return None if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:

@@ -327,7 +327,7 @@ class Driver:
                 .join(ProbeScore, (ProbeScore.task_id == TaskRow.id) & (ProbeScore.probe_id == primary))
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
-                .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
+                .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
             ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,

@@ -3,6 +3,9 @@ rows (a trainer may lease a mixture of domains or topics, a range of predicted i
 or tasks for one solver), and partial indexes over the open (ready or leased) rows of a run in enqueue
 order, so a run-scoped ``SKIP LOCKED`` lease reads a few index entries instead of sorting the run.
 
+A task is now queued once per run rather than once per store (``uq_queue_run_id_task_id``), so a
+run's tasks can be replayed into another run; downgrading refuses while a task is queued twice.
+
 Existing rows are filled from their task (domain) and their message (predicted probability, the
 spot-check solver).
 
@@ -33,6 +36,8 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("domain", sa.String(length=32), nullable=True))
         batch_op.add_column(sa.Column("predicted_in_band", sa.Float(), nullable=True))
         batch_op.add_column(sa.Column("solver", sa.String(length=256), nullable=True))
+        batch_op.drop_constraint("uq_queue_task_id", type_="unique")
+        batch_op.create_unique_constraint("uq_queue_run_id_task_id", ["run_id", "task_id"])
     op.execute("UPDATE queue SET domain = (SELECT t.domain FROM tasks t WHERE t.id = queue.task_id)")
     if op.get_bind().dialect.name == "postgresql":
         op.execute("UPDATE queue SET predicted_in_band = (message->>'predicted_in_band')::float, "
@@ -48,6 +53,8 @@ def downgrade() -> None:
     for name in INDEXES:
         op.drop_index(name, table_name="queue")
     with op.batch_alter_table("queue", schema=None) as batch_op:
+        batch_op.drop_constraint("uq_queue_run_id_task_id", type_="unique")
+        batch_op.create_unique_constraint("uq_queue_task_id", ["task_id"])  # fails if a task was replayed
         batch_op.drop_column("solver")
         batch_op.drop_column("predicted_in_band")
         batch_op.drop_column("domain")
