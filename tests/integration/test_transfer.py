@@ -33,14 +33,14 @@ def message(i: int, topic: str = "add:1") -> dict[str, object]:
 def seeded(store: Store, n: int, run: str = "src") -> list[int]:
     with store.session() as s:
         run_id = repo.get_or_create_run(s, run, "h", {})
-        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", Task_hash(i), f"{i}+{i}", True, {"answer": 2 * i},
+        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", task_hash(i), f"{i}+{i}", True, {"answer": 2 * i},
                                                       topic=f"add:{i % 2}") for i in range(n)])
         queue.enqueue(s, [(t, run_id, f"add:{i % 2}", {**message(t, f"add:{i % 2}"), "id": t})
                           for i, t in enumerate(ids)])
     return ids
 
 
-def Task_hash(i: int) -> str:  # noqa: N802 - the content hash the arith domain gives text "i+i"
+def task_hash(i: int) -> str:  # the content hash the arith domain gives the text "i+i"
     from curriculum.domains.base import Task
 
     return Task("arith", f"{i}+{i}").content_hash
@@ -67,7 +67,8 @@ def test_export_then_replay_into_another_run(store: Store, tmp_path: Path) -> No
     assert code == 0, err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ids and rows[0]["text"] == "0+0"
-    assert rows[0]["queue"]["state"] == "acked" and rows[0]["queue"]["outcome"] == {"solved": 2, "n": 8, "solver": "pol"}
+    assert rows[0]["queue"]["state"] == "acked"
+    assert rows[0]["queue"]["outcome"] == {"solved": 2, "n": 8, "solver": "pol"}
     code, _, err = invoke(store, "tasks", "import", str(out), "--run", "replay")
     assert code == 2 and "run 'replay' does not exist" in err
     code, stdout, err = invoke(store, "tasks", "import", str(out), "--run", "replay", "--create-run")
