@@ -14,11 +14,14 @@ freshly seeded tasks (realistic ~0.7 kB messages) with the same consumers and ba
   * ``http``         — ``propel serve`` (a subprocess, the real CLI) and the Python client:
                        ``lease`` + ``ack_many`` (labels written too).
   * ``http_in_run``  — the API inside a training ``propel run`` (tiny bootstrapped arith generator,
-                       RL on the same 2 cores), same client load. Skipped with ``--no-in-run``.
+                       RL on the same cores), same client load; and ``http_beside_run``, the
+                       ``propel serve`` of the first arms while that daemon trains, to separate the
+                       cost of sharing the daemon's process from the cost of sharing the CPU.
+                       Both skipped with ``--no-in-run``.
 
 Reports tasks/s, p50/p99 lease latency, and checks nothing was delivered twice or lost.
 
-    python -m benchmarks.queue_throughput [--tasks 20000] [--consumers 4] [--batch 64]
+    python -m benchmarks.queue_throughput [--tasks 20000] [--consumers 4] [--batch 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from typing import Any
 
 from benchmarks._common import RESULTS, scratch_postgres, write_result
 
-ARMS = ("bare_sql", "store", "store_select", "http", "http_in_run")
 RUN = "bench"
 
 
@@ -245,26 +247,29 @@ def in_run_phase(url: str) -> str | None:
         store.dispose()
 
 
-def http_arm(url: str, arm: str, n: int, consumers: int, batch: int, offset: int, work: Path,
-             generator: Path | None) -> dict[str, Any]:
+def start_http_arm(url: str, arm: str, work: Path, generator: Path | None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``propel serve`` or ``propel run`` (API on) for the run; returns the process and API URL."""
     from tests.integration.servers import free_port
 
     port = free_port()
     cfg = config(work / f"{arm}.toml", url, port, work / "data", generator)
-    log = work / f"{arm}.log"
-    proc = start_cli(["run"] if arm == "http_in_run" else ["serve"], cfg, log, port, 900)
-    try:
-        if arm == "http_in_run":  # wait until the daemon is past its start-up (first probe) and cycling
-            deadline = time.monotonic() + 900
-            while in_run_phase(url) is None and time.monotonic() < deadline:
-                time.sleep(1)
-        run_id = run_id_of(url)
-        seeded = seed(url, n, run_id, offset)
-        res: dict[str, Any] = drain(consume_http, f"http://127.0.0.1:{port}", run_id, consumers, batch, seeded)
-        if arm == "http_in_run":
-            res["daemon_phase_after"] = in_run_phase(url)
-    finally:
-        stop(proc)
+    proc = start_cli(["run"] if arm == "http_in_run" else ["serve"], cfg, work / f"{arm}.log", port, 900)
+    if arm == "http_in_run":  # wait until the daemon is past its start-up (first probe) and cycling
+        deadline = time.monotonic() + 1800
+        while in_run_phase(url) is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1)
+        if in_run_phase(url) is None:
+            stop(proc)
+            raise RuntimeError(f"propel run did not start cycling: {(work / f'{arm}.log').read_text()[-3000:]}")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def http_round(url: str, api: str, arm: str, n: int, consumers: int, batch: int, offset: int) -> dict[str, Any]:
+    run_id = run_id_of(url)
+    seeded = seed(url, n, run_id, offset)
+    res: dict[str, Any] = drain(consume_http, api, run_id, consumers, batch, seeded)
+    if arm == "http_in_run":
+        res["daemon_phase_after"] = in_run_phase(url)
     return res
 
 
@@ -293,7 +298,8 @@ def ratios(res: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         return res[a]["tasks_per_s"] / res[b]["tasks_per_s"] if a in res and b in res else None
 
     return {"store_vs_bare": r("store", "bare_sql"), "store_select_vs_store": r("store_select", "store"),
-            "http_in_run_vs_serve": r("http_in_run", "http")}
+            "http_in_run_vs_serve": r("http_in_run", "http"),
+            "http_in_run_vs_serve_beside_run": r("http_in_run", "http_beside_run")}
 
 
 def median_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -302,36 +308,49 @@ def median_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ranked[(len(ranked) - 1) // 2], "rounds_tasks_per_s": [round(r["tasks_per_s"], 1) for r in samples]}
 
 
+def run_rounds(url: str, arms: list[str], args: argparse.Namespace, apis: dict[str, str],
+               samples: dict[str, list[dict[str, Any]]], offset: int) -> int:
+    """``args.rounds`` interleaved rounds of ``arms``; returns the next free seed offset."""
+    for rnd in range(args.rounds):
+        for arm in arms:
+            if arm in apis:
+                r = http_round(url, apis[arm], arm, args.tasks, args.consumers, args.batch, offset)
+            else:
+                r = run_arm(arm, url, args.tasks, args.consumers, args.batch, offset)
+            offset += args.tasks
+            samples.setdefault(arm, []).append(r)
+            print(f"round {rnd} {arm:15s} {r['tasks_per_s']:8.0f} tasks/s  p50 {r['lease_p50_ms']:.1f} ms  "
+                  f"p99 {r['lease_p99_ms']:.1f} ms  lost {r['lost']}  dup {r['duplicates']}", flush=True)
+    return offset
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=20_000)
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every arm; the median is kept")
-    ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--no-in-run", action="store_true", help="skip the (slow) propel run arm")
+    ap.add_argument("--no-in-run", action="store_true", help="skip the (slow) propel run arms")
     args = ap.parse_args()
-    arms = [a for a in args.arms.split(",") if not (args.no_in_run and a == "http_in_run")]
-    samples: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
-    generator = None
-    offset = 1
+    samples: dict[str, list[dict[str, Any]]] = {}
     with scratch_postgres() as url, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        if "http_in_run" in arms:
-            from curriculum.bootstrap import bootstrap
+        serve, serve_api = start_http_arm(url, "http", work, None)
+        try:  # phase 1: nothing else runs
+            offset = run_rounds(url, ["bare_sql", "store", "store_select", "http"], args, {"http": serve_api},
+                                samples, 1)
+            if not args.no_in_run:  # phase 2: a training `propel run` (API on) next to the same `propel serve`
+                from curriculum.bootstrap import bootstrap
 
-            generator = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
-        for rnd in range(args.rounds):
-            for arm in arms:
-                if arm.startswith("http"):
-                    r = http_arm(url, arm, args.tasks, args.consumers, args.batch, offset, work,
-                                 generator if arm == "http_in_run" else None)
-                else:
-                    r = run_arm(arm, url, args.tasks, args.consumers, args.batch, offset)
-                offset += args.tasks
-                samples[arm].append(r)
-                print(f"round {rnd} {arm:12s} {r['tasks_per_s']:8.0f} tasks/s  p50 {r['lease_p50_ms']:.1f} ms  "
-                      f"p99 {r['lease_p99_ms']:.1f} ms  lost {r['lost']}  dup {r['duplicates']}", flush=True)
+                gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
+                daemon, run_api = start_http_arm(url, "http_in_run", work, gen)
+                try:
+                    run_rounds(url, ["http_beside_run", "http_in_run"], args,
+                               {"http_beside_run": serve_api, "http_in_run": run_api}, samples, offset)
+                finally:
+                    stop(daemon)
+        finally:
+            stop(serve)
     res = {a: median_sample(s) for a, s in samples.items()}
     rat = ratios(res)
     write_result("queue_throughput", {"tasks": args.tasks, "consumers": args.consumers, "batch": args.batch,

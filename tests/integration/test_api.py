@@ -87,6 +87,16 @@ def test_body_limits_and_validation(api: tuple[str, Store]) -> None:
     big = httpx.post(f"{url}/v1/tasks/lease", content=b"{" + b" " * 10_000 + b"}", headers={
         **auth, "content-type": "application/json"})
     assert big.status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no content-length: the size is counted while streaming
+        yield b'{"consumer": "x", "pad": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    streamed = httpx.post(f"{url}/v1/tasks/lease", content=chunks(), headers={
+        **auth, "content-type": "application/json"})
+    assert streamed.status_code == 413 and "request body above" in streamed.text
     bad_json = httpx.post(f"{url}/v1/tasks/lease", content=b"{not json", headers={
         **auth, "content-type": "application/json"})
     assert bad_json.status_code == 422
