@@ -243,7 +243,7 @@ def ack_many(sess: Session, outcomes: Sequence[Outcome], *, run_id: int,
              now: datetime | None = None) -> dict[int, AckStatus]:
     """Record outcomes of leased tasks; a status per task id, at most one recorded outcome per task.
 
-    One ``UPDATE … FROM (VALUES …) RETURNING`` on PostgreSQL (one ``UPDATE`` per item on SQLite,
+    One ``UPDATE … FROM unnest(…) RETURNING`` on PostgreSQL (one ``UPDATE`` per item on SQLite,
     which has no round trips to save); only refused items are read again to say why. Task ids
     must be distinct within a call.
     """
