@@ -12,13 +12,13 @@ from daemon.loop import health
 
 
 def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run."""
+    """What ``/v1/status`` and ``propel status`` report for a run (queue depths of that run only)."""
     from sqlalchemy import select
 
     with store.session() as s:
         run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
         state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
+        depths = repo.queue_depths(s, run_id) if run_id else {}
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
     beat = _aware(state.heartbeat_at) if state and state.heartbeat_at else None

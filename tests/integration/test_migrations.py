@@ -153,3 +153,39 @@ def test_0006_carries_scores_over_to_ensembles_and_back(db: str, tmp_path: Path,
         if db == "postgresql":
             downgrade(url, "base")
             upgrade(url)
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0008_fills_queue_selection_columns_and_round_trips(db: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0005")
+    store = Store(url)
+    msg = '{"id": 1, "domain": "arith", "predicted_in_band": 0.75, "spot_check": {"solver": "synthetic:x"}}'
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO runs (id, name, config_hash, config, created_at) VALUES "
+                              "(1, 'a', 'h', '{}', CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO tasks (id, run_id, domain, content_hash, text, payload, valid, created_at) "
+                              "VALUES (1, 1, 'arith', 'h1', '1+1', '{}', true, CURRENT_TIMESTAMP), "
+                              "(2, 1, 'math', 'h2', 'x', '{}', true, CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO queue (task_id, run_id, state, message, topic, attempts, enqueued_at) "
+                              "VALUES (1, 1, 'ready', :m, 'add:1', 0, CURRENT_TIMESTAMP), "
+                              "(2, 1, 'acked', '{\"id\": 2}', NULL, 1, CURRENT_TIMESTAMP)"), {"m": msg})
+        upgrade(url, "0008")
+        with store.engine.connect() as conn:
+            rows = conn.execute(text("SELECT task_id, domain, predicted_in_band, solver, state FROM queue "
+                                     "ORDER BY task_id")).all()
+        downgrade(url, "0005")
+        with store.engine.connect() as conn:
+            kept = conn.execute(text("SELECT task_id, state, topic FROM queue ORDER BY task_id")).all()
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert [tuple(r) for r in rows] == [(1, "arith", 0.75, "synthetic:x", "ready"), (2, "math", None, None, "acked")]
+    assert [tuple(r) for r in kept] == [(1, "ready", "add:1"), (2, "acked", None)]
+
