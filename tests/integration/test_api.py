@@ -13,7 +13,7 @@ from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, utcnow
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import Ack, PropelClient, PropelClientError
-from tests.integration.servers import serve_app
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-for-tests"

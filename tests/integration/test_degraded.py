@@ -17,7 +17,7 @@ from daemon.http.api import daemon_status
 from daemon.loop import health
 from daemon.loop.driver import DriverHooks
 from daemon.ops.metrics import build_metrics, export_degraded
-from tests.integration.test_driver import QueuedRetrainer, make_driver
+from testkit.driver import QueuedRetrainer, make_driver
 
 pytestmark = pytest.mark.integration
 

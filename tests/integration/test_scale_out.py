@@ -18,7 +18,7 @@ import pytest
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from propel_sdk.client import Ack, PropelClient
-from tests.integration.servers import free_port, wait_http
+from testkit.servers import free_port, wait_http
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TASKS = 600

@@ -14,7 +14,7 @@ from curriculum.store.db import Store
 from curriculum.store.selection import Selection, lease_selected, quotas, unknown_names
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import PropelClient
-from tests.integration.servers import serve_app
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import AlertRule
 from daemon.ops.metrics import build_metrics
 from daemon.service.api_app import build_api_app
-from tests.integration.servers import free_port, wait_http
+from testkit.servers import free_port, wait_http
 
 pytestmark = pytest.mark.integration
 RULE = AlertRule(name="validity_floor", metric="validity", comparator="<", threshold=0.5)

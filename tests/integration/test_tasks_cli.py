@@ -13,7 +13,7 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.cli.main import cli
 from daemon.http.api import ApiContext, create_app
-from tests.integration.servers import free_port, serve_app
+from testkit.servers import free_port, serve_app
 from tests.integration.test_api import seed
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from daemon.cli.main import cli
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import PropelClient
 from propel_sdk.schema import FrontierTask, Provenance
-from tests.integration.servers import free_port, serve_app
+from testkit.servers import free_port, serve_app
 
 pytestmark = pytest.mark.integration
 

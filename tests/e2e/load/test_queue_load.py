@@ -2,16 +2,16 @@
 functions (``FOR UPDATE SKIP LOCKED`` lease in batches of 50, batched ack with the lease tokens):
 no task delivered twice within a live lease, none lost, every row acked after exactly one delivery.
 
-Reuses :func:`benchmarks.queue_throughput.run_arm` (the benchmark's ``store`` arm)."""
+Reuses :func:`testkit.queue_load.run_arm` (the benchmark's ``store`` arm)."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import func, select
 
-from benchmarks.queue_throughput import run_arm
 from curriculum.store.db import Store
 from curriculum.store.models import QueueItem
+from testkit.queue_load import run_arm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TASKS, CONSUMERS, BATCH = 10_000, 8, 50
