@@ -117,7 +117,7 @@ def plot(res: dict[str, dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.6))
     arms = list(res)
     a.bar(arms, [res[x]["tasks_per_s"] for x in arms], color="#4c72b0")
     a.set_ylabel("tasks / s (lease + ack)")
@@ -125,7 +125,7 @@ def plot(res: dict[str, dict[str, Any]], path: Path, title: str) -> None:
     b.bar([f"{x}\np50" for x in arms], [res[x]["lease_p50_ms"] for x in arms], color="#4c72b0")
     b.bar([f"{x}\np99" for x in arms], [res[x]["lease_p99_ms"] for x in arms], color="#c44e52")
     b.set_ylabel("lease latency (ms)")
-    b.tick_params(axis="x", labelsize=7)
+    b.tick_params(axis="x", labelsize=7, labelrotation=60)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
