@@ -321,7 +321,7 @@ def _export_route(app: FastAPI) -> None:
                topic: Annotated[list[Name] | None, Query()] = None,
                domain: Annotated[list[Name] | None, Query()] = None,
                since: datetime | None = None, until: datetime | None = None,
-               limit: Annotated[int | None, Query(ge=1)] = None) -> StreamingResponse:
+               limit: Annotated[int | None, Query(ge=1, le=100_000_000)] = None) -> StreamingResponse:
         """The run's queued tasks as JSONL records (message, ``text``, ``queue``: state, attempts, times,
         the trainer's outcome) in enqueue order; what ``propel tasks import`` reads back."""
         flt = ExportFilter(states=tuple(state or ()), topics=tuple(topic or ()), domains=tuple(domain or ()),
