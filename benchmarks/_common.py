@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: Where results go (``PROPEL_BENCH_RESULTS`` redirects them, e.g. for a test of a benchmark's quick mode).
+RESULTS = Path(os.environ.get("PROPEL_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 PG_ADMIN_URL = os.environ.get("PROPEL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

@@ -172,16 +172,18 @@ def ready_tasks(store: Store, run_id: int, limit: int = 100_000) -> list[tuple[i
     return [(int(r.id), r.domain, r.text, dict(r.payload or {})) for r in rows]
 
 
-def retire_stale(store: Store, probabilities: dict[int, float], threshold: float) -> int:
+def retire_stale(store: Store, run_id: int, probabilities: dict[int, float], threshold: float) -> int:
     """Move ``ready`` rows whose new in-band probability is below ``threshold`` to ``stale`` (never
     served, kept for analysis). Only rows still ``ready`` at the update change: a row leased meanwhile
-    is left alone. Returns the rows retired."""
+    is left alone; only ``run_id``'s rows (another run may have queued the same task). Returns the
+    rows retired."""
     stale = [t for t, p in probabilities.items() if p < threshold]
     moved = 0
     with store.session() as s:
         for i in range(0, len(stale), 500):
             chunk = stale[i:i + 500]
-            moved += len(s.execute(update(QueueItem).where(QueueItem.task_id.in_(chunk), QueueItem.state == "ready")
+            moved += len(s.execute(update(QueueItem).where(QueueItem.run_id == run_id, QueueItem.task_id.in_(chunk),
+                                                       QueueItem.state == "ready")
                                    .values(state="stale").returning(QueueItem.id)
                                    .execution_options(synchronize_session=False)).all())
     return moved

@@ -46,8 +46,22 @@ class FrontierTask(BaseModel):
     grading: dict[str, Any] = Field(description="what grading needs (domain-specific: answer, hidden tests …)")
     predicted_in_band: float = Field(ge=0, le=1, description="probe ensemble's probability of being in band")
     spot_check: SpotCheck | None = Field(description="real solver label, when the task was spot-checked")
+    solver: str | None = Field(default=None, description="the solver whose frontier the task was selected for "
+                               "(lease requests may ask for one solver)")
     topic: str | None
     band: tuple[int, int] = Field(description="target band [lo, hi] of solves out of k")
     k: int
     provenance: Provenance
     created_at: datetime
+
+
+class TaskRecord(FrontierTask):
+    """One line of ``propel tasks import`` / ``export``: a :class:`FrontierTask` message plus the
+    generator's ``text``. ``id`` is optional and ignored on import (the store assigns its own);
+    ``domain`` + ``text`` (``solver_prompt`` when there is no text) is the deduplication key.
+    Unknown fields (an export's ``queue`` block) are ignored."""
+
+    id: int | None = Field(default=None, description="ignored on import")  # type: ignore[assignment]
+    text: str | None = Field(default=None, max_length=100_000, description="the generator's task text")
+    domain: str = Field(min_length=1, max_length=32)
+    topic: str | None = Field(max_length=128)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -330,21 +331,39 @@ class Artifact(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+_QUEUE_OPEN = text("state IN ('ready', 'leased')")
+
+
 class QueueItem(Base):
     """The durable downstream queue (a lease table): one row per emitted task. ``stale``: a ready task
-    a refreshed primary probe no longer rates as frontier (never served, kept for analysis)."""
+    a refreshed primary probe no longer rates as frontier (never served, kept for analysis).
+
+    ``domain``, ``topic``, ``predicted_in_band`` and ``solver`` are copied from the message so that
+    trainers can select on them; the partial ``ix_queue_open_*`` indexes cover a run's open rows in
+    enqueue order (the order leases hand them out).
+    """
 
     __tablename__ = "queue"
     __table_args__ = (
         CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead', 'stale')", name="state"),
+        UniqueConstraint("run_id", "task_id"),  # a task is queued once per run (another run may replay it)
         Index("ix_queue_state_lease", "state", "lease_until"),
+        Index("ix_queue_open_run", "run_id", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
+              sqlite_where=_QUEUE_OPEN),
+        Index("ix_queue_open_run_domain", "run_id", "domain", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
+              sqlite_where=_QUEUE_OPEN),
+        Index("ix_queue_open_run_topic", "run_id", "topic", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,
+              sqlite_where=_QUEUE_OPEN),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
-    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), unique=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     state: Mapped[str] = mapped_column(String(8), default="ready")
     message: Mapped[dict[str, Any]] = mapped_column(default=dict)
     topic: Mapped[str | None] = mapped_column(String(128))
+    domain: Mapped[str | None] = mapped_column(String(32))
+    predicted_in_band: Mapped[float | None] = mapped_column(Float)
+    solver: Mapped[str | None] = mapped_column(String(256))
     lease_until: Mapped[datetime | None] = mapped_column()
     lease_token: Mapped[str | None] = mapped_column(String(64))
     consumer: Mapped[str | None] = mapped_column(String(128))

@@ -236,8 +236,11 @@ def table_counts(sess: Session) -> dict[str, int]:
             for name, table in Base.metadata.tables.items()}
 
 
-def queue_depths(sess: Session) -> dict[str, int]:
+def queue_depths(sess: Session, run_id: int | None = None) -> dict[str, int]:
+    """Queue rows per state, of run ``run_id`` (of the whole store when None)."""
     q = select(QueueItem.state, func.count()).group_by(QueueItem.state)
+    if run_id is not None:
+        q = q.where(QueueItem.run_id == run_id)
     return {state: int(n) for state, n in sess.execute(q)}
 
 

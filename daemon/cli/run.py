@@ -63,7 +63,7 @@ def serve_command(ctx: click.Context) -> None:
     app = build_api_app(cfg, store, metrics, refresh_metrics=StoreMetrics(store, cfg.run_name, metrics).refresh)
     click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
     try:
-        uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning")
+        uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning", access_log=False)
     finally:
         store.dispose()
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from daemon.cli.common import get_config
-from daemon.cli.tasks import _client
+from daemon.cli.tasks import api_client, url_option
 
 
 @click.group("solver")
@@ -18,20 +17,13 @@ def solver_group() -> None:
 @click.argument("version")
 @click.option("--order", type=click.IntRange(0, 2**53), default=None,
               help="explicit order (higher = newer) for a VERSION without a step number, e.g. rc2")
-@click.option("--url", default=None, help="API base URL (default: from api.host/api.port)")
+@url_option
 @click.pass_context
 def announce(ctx: click.Context, name: str, version: str, order: int | None, url: str | None) -> None:
     """Announce VERSION of solver NAME (idempotent). The highest-ordered version becomes current: spot-checks
     are recorded against it and a sample of already-labelled tasks is re-measured on it (drift)."""
-    from propel_sdk.client import PropelClient, PropelClientError
-
-    client = _client(get_config(ctx), url)
-    assert isinstance(client, PropelClient)
-    try:
-        with client:
-            got = client.announce(name, version, order)
-    except PropelClientError as err:
-        raise click.ClickException(str(err)) from None
+    with api_client(ctx, url) as client:  # nothing answers, or a refusal: one line naming the fix
+        got = client.announce(name, version, order)
     what = "announced" if got["created"] else "already known"
     tail = "it is current" if got["is_current"] else (
         f"current stays {got['current']['version']} (order {got['current']['order']}): this one is older")
@@ -40,19 +32,12 @@ def announce(ctx: click.Context, name: str, version: str, order: int | None, url
 
 @solver_group.command("versions")
 @click.argument("name")
-@click.option("--url", default=None, help="API base URL (default: from api.host/api.port)")
+@url_option
 @click.pass_context
 def versions(ctx: click.Context, name: str, url: str | None) -> None:
     """List the known versions of solver NAME, oldest first, with their age (0 = current)."""
-    from propel_sdk.client import PropelClient, PropelClientError
-
-    client = _client(get_config(ctx), url)
-    assert isinstance(client, PropelClient)
-    try:
-        with client:
-            got = client.solver_versions(name)
-    except PropelClientError as err:
-        raise click.ClickException(str(err)) from None
+    with api_client(ctx, url) as client:
+        got = client.solver_versions(name)
     for v in got["versions"]:
         mark = "*" if v["version"] == got["current"] else " "
         age = "-" if v["age"] is None else str(v["age"])

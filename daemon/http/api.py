@@ -10,29 +10,35 @@ spot-check labels (:mod:`curriculum.frontier_labels`). ``/v1/solvers/...`` annou
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+import orjson
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curriculum import frontier_labels, solver_versions
 from curriculum.store import queue
 from curriculum.store.db import Store, StoreError
+from curriculum.store.models import Run
+from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names
+from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
 from daemon.http.fields import Text, VersionText
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
 from probes.band import Band
 
+QueueState = Literal["ready", "leased", "acked", "dead", "stale"]
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
 ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
@@ -55,6 +61,30 @@ class ApiContext:
         """The run's band rule for trainer outcomes (``min_valid_trials`` capped at ``k``)."""
         return Band(self.k, self.band[0], self.band[1], min(self.min_valid_trials, self.k))
     refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
+    run_id: int | None = None  # resolved from run_name on first use
+    known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
+
+    def resolve_run(self, sess: Session) -> int | None:
+        """The id of this API's run (None until the run exists): every queue call is scoped to it."""
+        if self.run_id is None:
+            self.run_id = sess.scalars(select(Run.id).where(Run.name == self.run_name)).first()
+        return self.run_id
+
+
+Name = Annotated[Text, Field(min_length=1, max_length=128)]
+Weight = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
+class PredictedRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: float = Field(default=0.0, ge=0, le=1)
+    max: float = Field(default=1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PredictedRange:
+        if self.min > self.max:
+            raise ValueError("min cannot exceed max")
+        return self
 
 
 class LeaseRequest(BaseModel):
@@ -62,6 +92,31 @@ class LeaseRequest(BaseModel):
     n: int = Field(default=1, ge=1, le=1000, description="how many tasks to lease")
     lease_s: float = Field(default=600, gt=0, le=86_400, description="lease duration in seconds")
     consumer: Text = Field(min_length=1, max_length=128, description="who is leasing (for logs and status)")
+    domains: dict[Name, Weight] | None = Field(default=None, min_length=1, max_length=64,
+                                               description="mixture over domains: name → weight")
+    topics: dict[Name, Weight] | None = Field(default=None, min_length=1, max_length=64,
+                                              description="mixture over topics: name → weight")
+    predicted_in_band: PredictedRange | None = Field(default=None, description="range of the probes' predicted "
+                                                     "in-band probability, e.g. {\"min\": 0.6, \"max\": 0.9}")
+    solver: Text | None = Field(default=None, min_length=1, max_length=256,
+                                description="only tasks selected for this solver's frontier")
+
+    @model_validator(mode="after")
+    def _one_mixture(self) -> LeaseRequest:
+        if self.domains is not None and self.topics is not None:
+            raise ValueError("give domains or topics, not both")
+        return self
+
+    def selection(self) -> Selection:
+        by: MixtureKey | None = "domain" if self.domains else "topic" if self.topics else None
+        rng = self.predicted_in_band
+        return Selection(by=by, weights=dict(self.domains or self.topics or {}),
+                         min_predicted=rng.min if rng else None, max_predicted=rng.max if rng else None,
+                         solver=self.solver)
+
+
+LeaseToken = Annotated[Text, Field(min_length=1, max_length=64,
+                                   description="the lease_token from the lease answer (required)")]
 
 
 class SamplingSettings(BaseModel):
@@ -94,7 +149,7 @@ class AckRequest(BaseModel):
     version_order: int | None = Field(default=None, ge=0, le=2**53, description="order of a version string "
                                       "with no step number (higher = newer); not needed once it was announced")
     sampling: SamplingSettings | None = Field(default=None, description="the trainer's sampling settings")
-    lease_token: Text | None = Field(default=None, max_length=64)
+    lease_token: LeaseToken
 
     @model_validator(mode="after")
     def _counts(self) -> AckRequest:
@@ -115,31 +170,69 @@ class AckRequest(BaseModel):
         return solver_versions.split_solver_id(self.solver)
 
 
+class AckItem(AckRequest):
+    """One outcome of a batched ack: the task id plus the fields of a single ack."""
+
+    id: int = Field(ge=1, le=2**31 - 1, description="task id from the leased message")
+
+
+class AckBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    outcomes: list[AckItem] = Field(min_length=1, max_length=queue.MAX_BATCH)
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> AckBatchRequest:
+        ids = [o.id for o in self.outcomes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("outcomes: each task id may appear once per batch")
+        return self
+
+
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease_token: Text | None = Field(default=None, max_length=64)
-    lease_s: float = Field(default=600, gt=0, le=86_400)
+    lease_token: LeaseToken
+    lease_s: float = Field(default=600, gt=0, le=86_400, description="renew: the new lease runs this long from now")
 
 
-class BodyLimit(BaseHTTPMiddleware):
-    """413 for bodies above the limit, by header or by streamed size."""
+class FastJSON(Response):
+    """JSON rendered by orjson straight from plain values (no ``jsonable_encoder`` pass)."""
 
-    def __init__(self, app: Any, limit: int) -> None:
-        super().__init__(app)
-        self.limit = limit
+    media_type = "application/json"
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        declared = request.headers.get("content-length")
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class BodyLimit:
+    """413 for bodies above the limit, by header or by streamed size (a plain ASGI middleware:
+    ``BaseHTTPMiddleware`` re-wraps every request and response and cost a third of a lease call)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
-        if request.method in ("POST", "PUT", "PATCH") and declared is None:
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > self.limit:
-                    return JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
-            request._body = body
-        return await call_next(request)
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:  # read by a route: FastAPI turns it into the 413 answer
+                raise HTTPException(413, f"request body above {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        resp = JSONResponse({"detail": f"request body above {self.limit} bytes"}, status_code=413)
+        await resp(scope, receive, send)
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -169,6 +262,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
+    _export_route(app)
     _status_routes(app)
     solver_routes(app, Auth)
     try:
@@ -190,26 +284,42 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 
 
 def _queue_routes(app: FastAPI) -> None:
-    @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"])
-    def lease(body: LeaseRequest, ctx: Ctx) -> dict[str, Any]:
-        """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery)."""
-        with ctx.store.session() as s:
-            got = queue.lease(s, body.n, body.lease_s, body.consumer, ctx.max_attempts)
-        return {"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
-                           "attempts": x.attempts, "task": x.message} for x in got]}
+    @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
+    def lease(body: LeaseRequest, ctx: Ctx) -> Response:
+        """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery), optionally a
+        mixture of ``domains`` or ``topics`` (name → weight), a ``predicted_in_band`` range and a ``solver``;
+        an unknown name is a 422."""
+        sel = body.selection()
+        with ctx.store.autocommit() as s:  # each lease statement is atomic on its own
+            run_id = ctx.resolve_run(s)
+            if run_id is None:
+                return FastJSON({"tasks": []})
+            missing = unknown_names(s, run_id, sel, ctx.known_names)
+            if missing:
+                return _unknown(missing, ctx.run_name)
+            got = lease_selected(s, body.n, body.lease_s, body.consumer, ctx.max_attempts, run_id=run_id, sel=sel)
+        return FastJSON({"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
+                                    "attempts": x.attempts, "task": orjson.Fragment(x.message_json)} for x in got]})
+
+    @app.post("/v1/tasks/ack", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
+    def ack_many(body: AckBatchRequest, ctx: Ctx) -> FastJSON:
+        """Ack many outcomes in one call: a status per item (``acked``, ``late``, ``already_acked``,
+        ``lease_lost``, ``not_leased``, ``not_found``); idempotent, one outcome per task."""
+        statuses = _ack(ctx, [(o.id, o) for o in body.outcomes])
+        counts: dict[str, int] = {}
+        for st in statuses.values():
+            counts[st.value] = counts.get(st.value, 0) + 1
+        return FastJSON({"results": [{"id": o.id, "status": statuses[o.id].value} for o in body.outcomes],
+                         "counts": counts})
 
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
     def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
-        """Record the trainer's outcome (idempotent: a second ack reports ``already_acked``).
+        """Record the trainer's outcome: ``acked``, ``late`` (after ``lease_until``, nobody else had the
+        task) or ``already_acked`` (idempotent); 409 when the lease was lost, 404 for an unknown task.
 
         The outcome becomes a ``consumer`` label of the solver version (registered on first sight).
         """
-        with ctx.store.session() as s:
-            status = queue.ack(s, task_id, solved=body.solved, n=body.n,
-                               solver=solver_versions.qualified_id(*body.solver_version()),
-                               lease_token=body.lease_token)
-            if status == queue.AckStatus.ACKED:
-                store_outcome(s, ctx, task_id, body)
+        status = _ack(ctx, [(task_id, body)])[task_id]
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
         return {"id": task_id, "status": status.value}
@@ -217,22 +327,26 @@ def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/{task_id}/nack", dependencies=[Auth], tags=["queue"])
     def nack(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
         """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
-        with ctx.store.session() as s:
-            status = queue.nack(s, task_id, ctx.max_attempts, body.lease_token)
+        with ctx.store.autocommit() as s:
+            run_id = ctx.resolve_run(s)
+            status = queue.AckStatus.NOT_FOUND if run_id is None else queue.nack(
+                s, task_id, run_id=run_id, lease_token=body.lease_token, max_attempts=ctx.max_attempts)
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
-        return {"id": task_id, "status": "returned" if status == queue.AckStatus.ACKED else status.value}
+        return {"id": task_id, "status": "returned" if status.accepted else status.value,
+                "late": status == queue.AckStatus.LATE}
 
     @app.post("/v1/tasks/{task_id}/renew", dependencies=[Auth], tags=["queue"])
     def renew(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
-        """Extend a live lease by ``lease_s`` seconds."""
-        if body.lease_token is None:
-            raise HTTPException(422, "lease_token is required to renew")
-        with ctx.store.session() as s:
-            status = queue.renew(s, task_id, body.lease_token, body.lease_s)
-        if status != queue.AckStatus.ACKED:
+        """Extend the lease to ``lease_s`` seconds from now (``late`` when it had expired but nobody
+        else had taken the task)."""
+        with ctx.store.autocommit() as s:
+            run_id = ctx.resolve_run(s)
+            status = queue.AckStatus.NOT_FOUND if run_id is None else queue.renew(
+                s, task_id, run_id=run_id, lease_token=body.lease_token, lease_s=body.lease_s)
+        if not status.accepted:
             raise HTTPException(ACK_HTTP.get(status, 409), status.value)
-        return {"id": task_id, "status": "renewed"}
+        return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
 
 
 def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
@@ -247,6 +361,63 @@ def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
     frontier_labels.record_trainer_outcome(s, task_id, name, version, solved=body.solved, n=body.n,
                                            errors=body.errors, band=ctx.label_band(), sampling=sampling)
+
+
+def _export_route(app: FastAPI) -> None:
+    @app.get("/v1/tasks/export", dependencies=[Auth], tags=["queue"], response_class=StreamingResponse)
+    def export(ctx: Ctx, state: Annotated[list[QueueState] | None, Query()] = None,
+               topic: Annotated[list[Name] | None, Query()] = None,
+               domain: Annotated[list[Name] | None, Query()] = None,
+               since: datetime | None = None, until: datetime | None = None,
+               limit: Annotated[int | None, Query(ge=1, le=100_000_000)] = None) -> StreamingResponse:
+        """The run's queued tasks as JSONL records (message, ``text``, ``queue``: state, attempts, times,
+        the trainer's outcome) in enqueue order; what ``propel tasks import`` reads back."""
+        flt = ExportFilter(states=tuple(state or ()), topics=tuple(topic or ()), domains=tuple(domain or ()),
+                           since=_aware(since), until=_aware(until), limit=limit)
+
+        def lines() -> Iterator[bytes]:
+            with ctx.store.session() as s:
+                run_id = ctx.resolve_run(s)
+                if run_id is None:
+                    return
+                for row in export_rows(s, run_id, flt):
+                    yield orjson.dumps(row) + b"\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    return None if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:
+    """422 naming each unknown domain, topic or solver (the shape of a validation error)."""
+    field_of = {"domain": "domains", "topic": "topics", "solver": "solver"}
+    detail = [{"loc": ["body", field_of[kind], *([name] if kind != "solver" else [])],
+               "msg": f"unknown {kind} {name!r}: no task of run {run_name!r} has it", "type": "value_error"}
+              for kind, name in missing]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queue.AckStatus]:
+    """Ack outcomes of this API's run and store each accepted one as a ``consumer`` label, in one
+    transaction (an outcome and its label are written together or not at all)."""
+    outcomes = [queue.Outcome(tid, b.lease_token, b.solved, b.n, solver_versions.qualified_id(*b.solver_version()))
+                for tid, b in items]
+    with ctx.store.session() as s:
+        run_id = ctx.resolve_run(s)
+        if run_id is None:
+            return {tid: queue.AckStatus.NOT_FOUND for tid, _ in items}
+        statuses = queue.ack_many(s, outcomes, run_id=run_id)
+        _store_outcomes(s, ctx, [(tid, b) for tid, b in items if statuses[tid].accepted])
+    return statuses
+
+
+def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
+    """One ``consumer`` label per accepted ack, of the solver version that made it. The queue accepts
+    one outcome per task, so each label is written once."""
+    for tid, body in items:
+        store_outcome(s, ctx, tid, body)
 
 
 def _status_routes(app: FastAPI) -> None:

@@ -13,14 +13,14 @@ from daemon.loop import health
 
 
 def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run (``frontier``: the per-solver-version
-    view, which reads the run's labels — health checks skip it)."""
+    """What ``/v1/status`` and ``propel status`` report for a run (queue depths of that run only;
+    ``frontier``: the per-solver-version view, which reads the run's labels — health checks skip it)."""
     from sqlalchemy import select
 
     with store.session() as s:
         run_id = s.scalars(select(Run.id).where(Run.name == run_name)).first()
         state = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-        depths = repo.queue_depths(s)
+        depths = repo.queue_depths(s, run_id) if run_id else {}
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
         versions = frontier_summary(s, run_id) if frontier else None

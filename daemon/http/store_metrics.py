@@ -49,7 +49,7 @@ class StoreMetrics:
         with self.store.session() as s:
             run_id = s.scalars(select(Run.id).where(Run.name == self.run_name)).first()
             row = s.scalars(select(DaemonState).where(DaemonState.run_id == run_id)).first() if run_id else None
-            export_queue_depths(self.metrics, repo.queue_depths(s))
+            export_queue_depths(self.metrics, repo.queue_depths(s, run_id) if run_id else {})
         if run_id is None or row is None:
             return
         state = load_state(dict(row.counters or {}), datetime.now(UTC))

@@ -170,7 +170,7 @@ class Driver:
     def _record(self, cycle: int, values: dict[str, float]) -> None:
         with self.store.session() as s:
             repo.record_metrics(s, self.run_id, cycle, values)
-            depths = repo.queue_depths(s) if self.metrics is not None else {}
+            depths = repo.queue_depths(s, self.run_id) if self.metrics is not None else {}
         if self.metrics is not None:
             export_gauges(self.metrics, values)
             export_queue_depths(self.metrics, depths)
@@ -505,8 +505,8 @@ class Driver:
                 .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
                       isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
-                .where(~TaskRow.id.in_(select(QueueItem.task_id)))).all()
-            ready = queue.ready_count(s)
+                .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
+            ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
             verified = health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
@@ -534,6 +534,7 @@ class Driver:
         msg = FrontierTask(
             id=task.id, domain=task.domain, solver_prompt=self.engine.domain.solver_prompt(dom_task),
             grading=dict(task.payload), predicted_in_band=float(r.probability), spot_check=check, topic=task.topic,
+            solver=self.spot.solver_id,
             band=(self.s.band.lo, self.s.band.hi), k=self.s.band.k, created_at=task.created_at,
             provenance=Provenance(generator_step=task.generator_step, adapter_hash=task.adapter_hash,
                                   probe_ensemble_id=r.ensemble_key, reference_model=self.s.reference_model,

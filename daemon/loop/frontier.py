@@ -264,4 +264,4 @@ def retire_ready(driver: Driver) -> int:
         lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
                                                   zip(rows, scored.logits, scored.probabilities, strict=True)])
     probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
-    return refresh.retire_stale(driver.store, probs, driver.s.min_probability)
+    return refresh.retire_stale(driver.store, driver.run_id, probs, driver.s.min_probability)

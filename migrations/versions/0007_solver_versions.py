@@ -9,7 +9,7 @@ Downgrade drops the new columns and table; the rows themselves, keyed by ``solve
 The queue gains the ``stale`` state (downgrade turns stale rows into ``dead``: never served either).
 
 Revision ID: 0007
-Revises: 0006
+Revises: 0008
 Create Date: 2026-11-23 10:00:00
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0006"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
+from testkit.configs import write_config  # noqa: F401 (the e2e tests' config writer)
 
 #: Training steps of the session's tiny generator: enough for mostly-valid arith, seconds not minutes.
 E2E_BOOTSTRAP_STEPS = int(os.environ.get("PROPEL_E2E_BOOTSTRAP_STEPS", "300"))
@@ -27,41 +28,6 @@ def tiny_generator(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path_factory.mktemp("e2e-models")))
     result = bootstrap("arith", data_dir=cache, steps=E2E_BOOTSTRAP_STEPS, show_progress=False)
     return result.path
-
-
-def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
-                 port: int = 0) -> Path:
-    """A small, fast daemon config (the embedded defaults shrunk for CPU tests)."""
-    path.write_text(f'''data_dir = "{data_dir}"
-run_name = "{run}"
-[store]
-url = "{db_url}"
-[generator]
-model = "{generator}"
-[daemon]
-sample_size = 32
-tick_interval_s = 0.05
-heartbeat_s = 1.0
-lease_ttl_s = 4.0
-retrain_min_false_positives = 4
-shutdown_deadline_s = 60
-[alerts]
-sample_size = 24
-[probes]
-train_samples = 192
-[rl]
-steps_per_chunk = 2
-batch_size = 8
-num_generations = 4
-[spotcheck]
-budget_per_cycle = 12
-[emission]
-min_probability = 0.2
-[api]
-port = {port}
-{extra}
-''')
-    return path
 
 
 def start_daemon(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -17,8 +17,8 @@ from sqlalchemy import func, select
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, ProbeRow, QueueItem, RetrainJob, SolverTrial
 from daemon.loop.state import DriverState
+from testkit.servers import free_port
 from tests.e2e.conftest import kill, run_state, start_daemon, wait_until, write_config
-from tests.integration.servers import free_port
 from workers.local import start_worker, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

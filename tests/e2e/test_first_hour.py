@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.servers import free_port
 from tests.e2e.conftest import kill, wait_until, write_config
-from tests.integration.servers import free_port
 
 pytestmark = [pytest.mark.slow]
 STALE_S = 3.0

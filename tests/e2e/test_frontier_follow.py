@@ -17,8 +17,8 @@ from curriculum.frontier_view import frontier_summary
 from curriculum.store.db import Store
 from curriculum.store.models import MetricPoint, RetrainJob
 from propel_sdk.client import PropelClient
+from testkit.servers import free_port
 from tests.e2e.conftest import run_state, start_daemon, wait_until, write_config
-from tests.integration.servers import free_port
 
 pytestmark = [pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from daemon.ops.alerts.rules import DEFAULT_RULES, MitigationKind
 from daemon.ops.alerts.sinks import AlertSink, LogSink, PrometheusSink, WebhookSink
 from daemon.ops.metrics import build_metrics, render
 from daemon.ops.replay import replay
-from tests.integration.servers import scripted_server
+from testkit.servers import scripted_server
 
 pytestmark = pytest.mark.integration
 

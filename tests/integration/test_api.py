@@ -12,8 +12,8 @@ from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, utcnow
 from daemon.http.api import ApiContext, create_app
-from propel_sdk.client import PropelClient, PropelClientError
-from tests.integration.servers import serve_app
+from propel_sdk.client import Ack, PropelClient, PropelClientError
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-for-tests"
@@ -59,8 +59,10 @@ def test_lease_ack_nack_renew_through_client(api: tuple[str, Store]) -> None:
             client.ack(again[0].id, solved=1, n=8, solver="pol@1", lease_token="f" * 32)
         assert err.value.status == 409
         with pytest.raises(PropelClientError) as err:
-            client.ack(999_999, solved=1, n=8, solver="s")
+            client.ack(999_999, solved=1, n=8, solver="s", lease_token="t")
         assert err.value.status == 404
+        with pytest.raises(ValueError, match="no lease token"):
+            client.ack(again[0].id + 1000, solved=1, n=8, solver="s")
     with store.session() as s:
         label = s.scalars(select(Label).where(Label.task_id == ids[0])).one()
     assert (label.source, label.solved, label.k, label.in_band) == ("consumer", 2, 8, True)
@@ -85,10 +87,21 @@ def test_body_limits_and_validation(api: tuple[str, Store]) -> None:
     big = httpx.post(f"{url}/v1/tasks/lease", content=b"{" + b" " * 10_000 + b"}", headers={
         **auth, "content-type": "application/json"})
     assert big.status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no content-length: the size is counted while streaming
+        yield b'{"consumer": "x", "pad": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    streamed = httpx.post(f"{url}/v1/tasks/lease", content=chunks(), headers={
+        **auth, "content-type": "application/json"})
+    assert streamed.status_code == 413 and "request body above" in streamed.text
     bad_json = httpx.post(f"{url}/v1/tasks/lease", content=b"{not json", headers={
         **auth, "content-type": "application/json"})
     assert bad_json.status_code == 422
-    too_many = httpx.post(f"{url}/v1/tasks/1/ack", json={"solved": 9, "n": 8, "solver": "s"}, headers=auth)
+    too_many = httpx.post(f"{url}/v1/tasks/1/ack", json={"solved": 9, "n": 8, "solver": "s", "lease_token": "t"},
+                          headers=auth)
     assert too_many.status_code == 422
     unknown = httpx.post(f"{url}/v1/tasks/lease", json={"consumer": "x", "bogus": 1}, headers=auth)
     assert unknown.status_code == 422
@@ -112,3 +125,66 @@ def test_health_metrics_openapi(api: tuple[str, Store]) -> None:
     assert httpx.get(f"{url}/metrics").status_code == 200
     spec = httpx.get(f"{url}/openapi.json").json()
     assert "/v1/tasks/lease" in spec["paths"] and "/v1/tasks/{task_id}/ack" in spec["paths"]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/tasks/{id}/ack", {"solved": 1, "n": 8, "solver": "s"}),
+    ("/v1/tasks/{id}/nack", {}),
+    ("/v1/tasks/{id}/renew", {"lease_s": 60}),
+    ("/v1/tasks/ack", {"outcomes": [{"id": "{id}", "solved": 1, "n": 8, "solver": "s"}]}),
+])
+def test_lease_token_required(api: tuple[str, Store], path: str, body: dict[str, object]) -> None:
+    """Without a token nothing changes, even on a task another consumer holds: 422 naming the field."""
+    url, store = api
+    ids = seed(store, 1)
+    with PropelClient(url, token=TOKEN) as client:
+        [held] = client.lease(n=1, lease_s=60, consumer="holder")
+        if "outcomes" in body:
+            body = {"outcomes": [{**body["outcomes"][0], "id": held.id}]}  # type: ignore[index]
+        resp = httpx.post(url + path.format(id=held.id), json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert resp.status_code == 422
+        assert any(d["loc"][-1] == "lease_token" and "required" in d["msg"].lower() for d in resp.json()["detail"])
+        assert client.ack(held, solved=1, n=8, solver="s") == "acked"  # the holder's lease was untouched
+    assert ids == [held.id]
+
+
+def test_batched_ack_statuses_and_one_label(api: tuple[str, Store]) -> None:
+    url, store = api
+    ids = seed(store, 4)
+    with PropelClient(url, token=TOKEN) as client:
+        got = client.lease(n=3, lease_s=60, consumer="batch")
+        outcomes = [Ack(t, solved=2, n=8, solver="pol@2") for t in got]
+        outcomes.append(Ack(ids[3], solved=1, n=8, solver="pol@2", lease_token="f" * 30))
+        first = client.ack_many(outcomes)
+        assert first == {**{t.id: "acked" for t in got}, ids[3]: "not_leased"}
+        again = client.ack_many([Ack(t.id, solved=0, n=8, solver="other", lease_token=t.lease_token) for t in got])
+        assert set(again.values()) == {"already_acked"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    dup = httpx.post(f"{url}/v1/tasks/ack", headers=auth, json={"outcomes": [
+        {"id": ids[3], "solved": 1, "n": 8, "solver": "s", "lease_token": "x"}] * 2})
+    assert dup.status_code == 422 and "once per batch" in dup.text
+    empty = httpx.post(f"{url}/v1/tasks/ack", headers=auth, json={"outcomes": []})
+    assert empty.status_code == 422
+    with store.session() as s:
+        labels = s.scalars(select(Label).where(Label.source == "consumer")).all()
+    assert sorted((lb.task_id, lb.solver_id, lb.solved) for lb in labels) == [(t.id, "pol@2", 2) for t in got]
+
+
+def test_api_serves_only_its_own_run(store: Store) -> None:
+    """Two runs in one store: each run's API leases, acks and counts only that run's tasks."""
+    mine = seed(store, 2)
+    with store.session() as s:
+        other_run = repo.get_or_create_run(s, "other", "h", {})
+        theirs = repo.add_tasks(s, other_run, [repo.NewTask("arith", f"o{i}", f"{i}", True, {}) for i in range(3)])
+        queue.enqueue(s, [(t, other_run, "add:1", {"id": t, "schema_version": 1}) for t in theirs])
+    with serve_app(create_app(ApiContext(store=store, run_name="api"))) as url_a, \
+            serve_app(create_app(ApiContext(store=store, run_name="other"))) as url_b, \
+            PropelClient(url_a) as a, PropelClient(url_b) as b:
+        assert httpx.get(f"{url_a}/v1/status").json()["queue"] == {"ready": 2}
+        got_b = b.lease(n=10, lease_s=60, consumer="b")
+        assert sorted(t.id for t in got_b) == theirs
+        with pytest.raises(PropelClientError) as err:  # run a's API does not know run b's task
+            a.ack(got_b[0].id, solved=1, n=8, solver="s", lease_token=got_b[0].lease_token)
+        assert err.value.status == 404
+        assert sorted(t.id for t in a.lease(n=10, lease_s=60, consumer="a")) == mine
+        assert httpx.get(f"{url_b}/v1/status").json()["queue"] == {"leased": 3}

@@ -22,7 +22,7 @@ from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, utcnow
 from daemon.http.api import ApiContext, create_app
-from tests.integration.servers import serve_app
+from testkit.servers import serve_app
 
 schemathesis = pytest.importorskip("schemathesis", reason="pip install schemathesis (dev extra)")
 

@@ -22,8 +22,8 @@ from curriculum.store.db import Store
 from daemon.http.dashboard import collect, render_page, router
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import DEFAULT_RULES
+from testkit.servers import free_port
 from tests.conftest import require_service
-from tests.integration.servers import free_port
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"

@@ -27,8 +27,8 @@ from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import AlertRule
 from daemon.ops.metrics import build_metrics
 from daemon.service.api_app import build_api_app
+from testkit.servers import free_port, wait_http
 from tests.conftest import require_service
-from tests.integration.servers import free_port, wait_http
 
 RULE = AlertRule(name="validity_floor", metric="validity", comparator="<", threshold=0.5)
 

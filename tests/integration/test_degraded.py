@@ -1,5 +1,5 @@
 """The degraded state on a real Driver and store: the solver budget runs out mid-run, the queue hits
-its high-water mark, a retrain fails — each starts with one warning line, shows in the counters
+its high-water mark, a retrain fails — each starts with one warning line, shows in the driver state
 (hence /v1/status and /healthz), reaches the hook that exports ``propel_degraded{reason}``, and
 ends with one line when it clears."""
 
@@ -17,7 +17,7 @@ from daemon.http.api import daemon_status
 from daemon.loop import health
 from daemon.loop.driver import DriverHooks
 from daemon.ops.metrics import build_metrics, export_degraded
-from tests.integration.test_driver import QueuedRetrainer, make_driver
+from testkit.driver import QueuedRetrainer, make_driver
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +48,15 @@ def test_budget_exhaustion_is_said_once_and_shows_everywhere(sqlite_store: Store
     driver.hooks = hooks
     with caplog.at_level(logging.WARNING, logger="propel.driver"):
         _cycle(driver)  # 20 of 30 spent
-        _, _, counters = driver.state()
-        assert counters.degraded == {}
+        _, _, state = driver.state()
+        assert state.degraded == {}
         for _ in range(3):  # 30 of 30, then nothing left
             _cycle(driver)
     started = [r for r in caplog.records if r.getMessage().startswith(f"degraded: {health.BUDGET}")]
     assert len(started) == 1, [r.getMessage() for r in caplog.records]
     assert "30/30 tasks this hour" in started[0].getMessage() and "paused until" in started[0].getMessage()
-    _, _, counters = driver.state()
-    entry = counters.degraded[health.BUDGET]
+    _, _, state = driver.state()
+    entry = state.degraded[health.BUDGET]
     assert entry["until"] and entry["since"]
     status = daemon_status(sqlite_store, "drv")
     assert [d["reason"] for d in status["degraded"]] == [health.BUDGET]
@@ -79,17 +79,17 @@ def test_backpressure_and_a_failing_retrain(sqlite_store: Store, tmp_path: Path)
                             retrain_min_false_positives=1)
     for _ in range(2):
         _cycle(driver)
-    _, _, counters = driver.state()
-    assert health.BACKPRESSURE in counters.degraded, counters.degraded
-    assert "high-water mark 5" in counters.degraded[health.BACKPRESSURE]["detail"]
+    _, _, state = driver.state()
+    assert health.BACKPRESSURE in state.degraded, state.degraded
+    assert "high-water mark 5" in state.degraded[health.BACKPRESSURE]["detail"]
     assert retrainer.specs, "a retrain job was submitted"
     from curriculum.retrain import finish_job
 
     finish_job(sqlite_store, retrainer.specs[0].name, "failed", "worker ran out of memory")
     _cycle(driver)
-    _, _, counters = driver.state()
-    assert health.RETRAIN in counters.degraded
-    assert "worker ran out of memory" in counters.degraded[health.RETRAIN]["detail"]
+    _, _, state = driver.state()
+    assert health.RETRAIN in state.degraded
+    assert "worker ran out of memory" in state.degraded[health.RETRAIN]["detail"]
 
 
 def test_without_labels_past_the_grace_period_only_verified_tasks_are_emitted(sqlite_store: Store,
@@ -101,8 +101,8 @@ def test_without_labels_past_the_grace_period_only_verified_tasks_are_emitted(sq
     driver, _ = make_driver(sqlite_store, tmp_path, budget_per_cycle=20, budget_per_hour=20,
                             retrain_min_false_positives=0, unverified_grace_s=0.0, emit_lookback_cycles=1)
     _cycle(driver)  # the whole hour's budget goes in cycle 0: labels stop, and the grace is zero
-    _, _, counters = driver.state()
-    assert health.BUDGET in counters.degraded
+    _, _, state = driver.state()
+    assert health.BUDGET in state.degraded
     with sqlite_store.session() as s:
         messages = [q.message for q in s.scalars(select(QueueItem))]
     assert messages, "verified in-band tasks are still emitted"
@@ -130,6 +130,6 @@ def test_a_retrain_nobody_picks_up_is_said(sqlite_store: Store, tmp_path: Path) 
                             worker_silence_s=0.0)
     _cycle(driver)
     assert retrainer.specs
-    _, _, counters = driver.state()
-    entry = counters.degraded[health.RETRAIN_WAITING]
+    _, _, state = driver.state()
+    entry = state.degraded[health.RETRAIN_WAITING]
     assert retrainer.specs[0].name in entry["detail"] and "propel worker -Q retrain" in entry["detail"]

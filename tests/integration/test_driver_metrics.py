@@ -19,8 +19,8 @@ from curriculum.store.models import MetricPoint, ProbeRow, QueueItem, RetrainJob
 from daemon.http.api import ApiContext, create_app
 from daemon.loop.driver import Driver
 from daemon.ops.metrics import PHASES, PropelMetrics, build_metrics
-from tests.integration.servers import serve_app
-from tests.integration.test_driver import make_driver
+from testkit.driver import make_driver
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 

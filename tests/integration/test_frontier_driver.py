@@ -18,8 +18,8 @@ from daemon.http.api import ApiContext, create_app
 from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
 from daemon.ops.metrics import build_metrics
-from tests.integration.servers import serve_app
-from tests.integration.test_driver import make_driver
+from testkit.driver import make_driver
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from daemon.config import config_from_mapping
 from daemon.http.server import start_api_thread
 from daemon.ops.metrics import build_metrics
 from daemon.service.api_app import build_api_app
-from tests.integration.servers import free_port, wait_http
+from testkit.servers import free_port, wait_http
 
 pytestmark = pytest.mark.integration
 

@@ -156,13 +156,49 @@ def test_0006_carries_scores_over_to_ensembles_and_back(db: str, tmp_path: Path,
 
 
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0008_fills_queue_selection_columns_and_round_trips(db: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0005")
+    store = Store(url)
+    msg = '{"id": 1, "domain": "arith", "predicted_in_band": 0.75, "spot_check": {"solver": "synthetic:x"}}'
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO runs (id, name, config_hash, config, created_at) VALUES "
+                              "(1, 'a', 'h', '{}', CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO tasks (id, run_id, domain, content_hash, text, payload, valid, created_at) "
+                              "VALUES (1, 1, 'arith', 'h1', '1+1', '{}', true, CURRENT_TIMESTAMP), "
+                              "(2, 1, 'math', 'h2', 'x', '{}', true, CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO queue (task_id, run_id, state, message, topic, attempts, enqueued_at) "
+                              "VALUES (1, 1, 'ready', :m, 'add:1', 0, CURRENT_TIMESTAMP), "
+                              "(2, 1, 'acked', '{\"id\": 2}', NULL, 1, CURRENT_TIMESTAMP)"), {"m": msg})
+        upgrade(url, "0008")
+        with store.engine.connect() as conn:
+            rows = conn.execute(text("SELECT task_id, domain, predicted_in_band, solver, state FROM queue "
+                                     "ORDER BY task_id")).all()
+        downgrade(url, "0005")
+        with store.engine.connect() as conn:
+            kept = conn.execute(text("SELECT task_id, state, topic FROM queue ORDER BY task_id")).all()
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert [tuple(r) for r in rows] == [(1, "arith", 0.75, "synthetic:x", "ready"), (2, "math", None, None, "acked")]
+    assert [tuple(r) for r in kept] == [(1, "ready", "add:1"), (2, "acked", None)]
+
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
 def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Path,
                                                           request: pytest.FixtureRequest) -> None:
     """Existing trials and labels get the name/version their solver id implies; downgrade keeps them."""
     url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
     if db == "postgresql":
         downgrade(url, "base")
-    upgrade(url, "0006")
+    upgrade(url, "0008")
     store = Store(url)
     ids = ("synthetic:arith(seed=0)", "policy@step-1200", "policy@v1.2.10")
     try:
@@ -181,7 +217,7 @@ def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Pa
             labels = set(conn.execute(text("SELECT solver_id, solver_name, solver_version, errors, solved "
                                            "FROM labels")).all())
             versions = set(conn.execute(text("SELECT solver, version, ordinal, source FROM solver_versions")).all())
-        downgrade(url, "0006")
+        downgrade(url, "0008")
         with store.engine.connect() as conn:
             after_down = set(conn.execute(text("SELECT solver_id, solved FROM labels")).all())
             trials_down = {r[0] for r in conn.execute(text("SELECT solver_id FROM solver_trials"))}
@@ -222,7 +258,7 @@ def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path:
             conn.execute(text(insert), [{"t": 1, "s": "stale"}, {"t": 2, "s": "ready"}])
         with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
             conn.execute(text(insert), {"t": 3, "s": "bogus"})
-        downgrade(url, "0006")
+        downgrade(url, "0008")
         with store.engine.connect() as conn:
             states = dict(conn.execute(text("SELECT task_id, state FROM queue")).all())
         with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:

@@ -10,7 +10,7 @@ import pytest
 
 from curriculum.solvers.base import Sampling
 from curriculum.solvers.openai_backend import OpenAICompatibleSolver, RetryPolicy
-from tests.integration.servers import free_port, scripted_server, transformers_serve
+from testkit.servers import free_port, scripted_server, transformers_serve
 
 pytestmark = pytest.mark.integration
 FAST_RETRY = RetryPolicy(max_retries=2, backoff_s=0.01, max_backoff_s=0.02)

@@ -25,8 +25,8 @@ from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
 from daemon.loop.ports import Scored
 from probes import FeatureExtractor
-from tests.integration.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
-from tests.integration.test_driver import FakeEngine, make_driver
+from testkit.driver import FakeEngine, make_driver
+from testkit.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +110,7 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     driver.engine = engine = RescoringEngine()
     _tick_to(driver, "retrain", 1)  # cycle 0 emitted tasks; the trainer leases a few of them
     with store.session() as s:
-        leased = [x.task_id for x in queue.lease(s, 3, 600, "trainer", max_attempts=5)]
+        leased = [x.task_id for x in queue.lease(s, 3, 600, "trainer", max_attempts=5, run_id=driver.run_id)]
     _tick_to(driver, "retrain", 2)
     state = driver.state()[2]
     with store.session() as s:
@@ -122,5 +122,5 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     stale = [t for t, st in states.items() if st == "stale"]
     assert stale and all(states[t] == "leased" for t in leased)
     with store.session() as s:
-        served = [x.task_id for x in queue.lease(s, 10_000, 600, "trainer-2", max_attempts=5)]
+        served = [x.task_id for x in queue.lease(s, 1000, 600, "trainer-2", max_attempts=5, run_id=driver.run_id)]
     assert not set(served) & set(stale)

@@ -20,9 +20,9 @@ from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, ProbeRow, RetrainJob
 from daemon.loop.ports import ReferenceInfo
 from probes import FeatureExtractor, Probe, load_probe
+from testkit.driver import FakeEngine, QueuedRetrainer, make_driver, tick_to
+from testkit.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
 from tests.conftest import require_service
-from tests.integration.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
-from tests.integration.test_driver import FakeEngine, QueuedRetrainer, _tick_to, make_driver
 from workers.local import start_worker, stop
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ def test_a_worker_without_the_daemons_data_dir_trains_a_probe_the_leader_activat
     driver, _ = make_driver(pg_store, daemon_dir, retrainer=CeleryRetrainer("drv"))
     engine = LeaderEngine(build_artifacts(leader_cfg, pg_store), daemon_dir / "reference", ref.fingerprint)
     driver.engine = engine
-    _tick_to(driver, "emit", 0)  # the retrain phase of cycle 0 sent a job to propel.drv.retrain
+    tick_to(driver, "emit", 0)  # the retrain phase of cycle 0 sent a job to propel.drv.retrain
     job = driver.state()[2].retrain_job
     assert job is not None and not driver.state()[2].retrain_undispatched
     bogus = spec_for(driver.run_id, ref, name="drv-aux-bogus", reference_path="cas://sha256/" + "0" * 64)
@@ -168,7 +168,7 @@ def test_a_worker_without_the_daemons_data_dir_trains_a_probe_the_leader_activat
     assert failed is not None and failed.state == "failed" and "not in the store database" in (failed.reason or "")
     fetched = list((worker_dir / "cache" / "artifacts").iterdir())
     assert fetched, "the worker fetched the reference from the artifact store"
-    _tick_to(driver, "sample", 1)  # the leader's next rl phase activates the worker's probe
+    tick_to(driver, "sample", 1)  # the leader's next rl phase activates the worker's probe
     with pg_store.session() as s:
         aux = s.scalars(select(ProbeRow).where(ProbeRow.role == "aux")).all()
     assert [(p.name, p.active) for p in aux] == [(job, True)] and aux[0].artifact_uri.startswith("cas://sha256/")
@@ -193,11 +193,11 @@ def test_a_probe_the_leader_cannot_fetch_is_rejected_not_activated(store: Store,
     driver, _ = make_driver(store, tmp_path, retrainer=queued)
     ref = tiny_reference(save_to=tmp_path / "reference")
     driver.engine = LeaderEngine(artifacts_for(store, tmp_path / "leader"), tmp_path / "reference", ref.fingerprint)
-    _tick_to(driver, "emit", 0)
+    tick_to(driver, "emit", 0)
     [spec] = queued.specs
     worker_only = open_artifacts(str(tmp_path / "worker-only-blobs"), None, tmp_path / "worker-cache")
     assert run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), worker_only).state == "done"
-    _tick_to(driver, "rl", 1)
+    tick_to(driver, "rl", 1)
     report = driver.tick()  # activation: the leader's store (the database) does not hold the probe
     outcome = job_outcome(store, spec.name)
     assert report.values["retrain_failed"] == 1.0 and outcome is not None and outcome.state == "failed"

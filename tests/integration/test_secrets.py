@@ -17,7 +17,7 @@ from daemon.config import mask_url
 from daemon.http.api import ApiContext, create_app
 from daemon.loop.ports import DispatchError
 from daemon.service.spot import CelerySpotChecker
-from tests.integration.servers import free_port, serve_app
+from testkit.servers import free_port, serve_app
 
 pytestmark = pytest.mark.integration
 DB_PW, BROKER_PW, TOKEN = "dbS3cretPw", "brokerS3cretPw", "apiTok3nS3cret"

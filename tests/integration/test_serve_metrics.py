@@ -1,5 +1,6 @@
-"""`propel serve` exports the daemon's metrics: the same propel_ series, read back from the store,
-scraped from a real HTTP server (its /metrics used to be empty)."""
+"""`propel serve` exports the daemon's metrics: the same propel_ series, read back from the store (the
+run totals the driver saves, the latest gauges, alerts, degraded reasons), scraped from a real HTTP
+server (its /metrics used to be empty)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from daemon.config import config_from_mapping
 from daemon.http.server import start_api_thread
 from daemon.http.store_metrics import StoreMetrics
 from daemon.loop import health
+from daemon.loop.state import DriverState, Totals
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import AlertRule
 from daemon.ops.metrics import build_metrics
 from daemon.service.api_app import build_api_app
-from tests.integration.servers import free_port, wait_http
+from testkit.servers import free_port, wait_http
 
 pytestmark = pytest.mark.integration
 RULE = AlertRule(name="validity_floor", metric="validity", comparator="<", threshold=0.5)
@@ -66,7 +68,9 @@ def test_serve_metrics_match_the_daemon_series(serve_url: tuple[str, Store, int]
                                                    "retrained": 1.0, "queue_ready": 5.0})
         repo.record_metrics(s, run_id, 3, {"validity": 0.95, "emitted": 100.0})  # cycle 3 still running
         state, _, _ = health.merge({}, {health.BUDGET: health.budget_exhausted(9, 9, None)}, datetime.now(UTC))
-        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(cycle=3, counters={"degraded": state}))
+        # the daemon's run totals, as the driver saves them with each phase transition
+        saved = DriverState(degraded=state, totals=Totals(emitted=10 + 11 + 12, retrains=3)).stored()
+        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(cycle=3, counters=saved))
     manager = AlertManager(store, run_id, "srv", [RULE])
     manager.on_cycle(2, {"validity": 0.3})
     manager.close()
@@ -76,10 +80,10 @@ def test_serve_metrics_match_the_daemon_series(serve_url: tuple[str, Store, int]
                    for fam in text_string_to_metric_families(generate_latest(build_metrics().registry).decode())
                    for s in fam.samples}
     assert {name for name, _ in daemon_side} <= {name for name, _ in got}  # every series the daemon has
-    assert got[("propel_tasks_emitted_total", ())] == 10 + 11 + 12  # completed cycles, each once
+    assert got[("propel_tasks_emitted_total", ())] == 10 + 11 + 12  # the stored run total
     assert got[("propel_aux_retrains_total", ())] == 3
     assert got[("propel_validity_ratio", ())] == pytest.approx(0.95)  # the running cycle's gauge
-    assert got[("propel_cycle", ())] == 2 and got[("propel_cycles_total", ())] == 3
+    assert got[("propel_cycle", ())] == 3 and got[("propel_cycles_total", ())] == 3  # as the driver exports
     assert got[("propel_alert_active", (("rule", "validity_floor"), ("severity", "warning")))] == 1
     assert got[("propel_alerts_fired_total", (("rule", "validity_floor"), ("severity", "warning")))] == 1
     assert got[("propel_degraded", (("reason", health.BUDGET),))] == 1
@@ -94,7 +98,8 @@ def test_the_serve_command_exports_them(sqlite_store: Store, tmp_path: Path) -> 
         run_id = repo.get_or_create_run(s, "srv", "h", {})
         repo.load_state(s, run_id)
         repo.record_metrics(s, run_id, 0, {"emitted": 7.0, "validity": 0.8})
-        s.execute(update(DaemonState).where(DaemonState.run_id == run_id).values(cycle=1))
+        s.execute(update(DaemonState).where(DaemonState.run_id == run_id)
+                  .values(cycle=1, counters=DriverState(totals=Totals(emitted=7)).stored()))
     port = free_port()
     config = tmp_path / "serve.toml"
     config.write_text(f'run_name = "srv"\n[store]\nurl = "{sqlite_store.url}"\n[api]\nport = {port}\n')

@@ -14,7 +14,7 @@ from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import PropelClient, PropelClientError
-from tests.integration.servers import serve_app
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-versions"

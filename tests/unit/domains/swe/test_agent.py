@@ -17,7 +17,7 @@ from curriculum.domains.swe.domain import SweDomain
 from curriculum.domains.swe.sandbox import RlimitSuiteRunner, Workspace
 from curriculum.solvers.base import Sampling
 from curriculum.spotcheck import grade_outcome
-from tests.integration.servers import scripted_server
+from testkit.servers import scripted_server
 
 from .conftest import FIXTURE, POLICY, fixture_registry
 

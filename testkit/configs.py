@@ -1,0 +1,40 @@
+"""Small, fast daemon configs for end-to-end tests and benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
+                 port: int = 0) -> Path:
+    """A small, fast daemon config (the embedded defaults shrunk for CPU tests)."""
+    path.write_text(f'''data_dir = "{data_dir}"
+run_name = "{run}"
+[store]
+url = "{db_url}"
+[generator]
+model = "{generator}"
+[daemon]
+sample_size = 32
+tick_interval_s = 0.05
+heartbeat_s = 1.0
+lease_ttl_s = 4.0
+retrain_min_false_positives = 4
+shutdown_deadline_s = 60
+[alerts]
+sample_size = 24
+[probes]
+train_samples = 192
+[rl]
+steps_per_chunk = 2
+batch_size = 8
+num_generations = 4
+[spotcheck]
+budget_per_cycle = 12
+[emission]
+min_probability = 0.2
+[api]
+port = {port}
+{extra}
+''')
+    return path

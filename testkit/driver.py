@@ -1,0 +1,143 @@
+"""The integration tests' driver: a hand-written fake engine (no model), the real store, in-process
+spot-checks with the synthetic solver and real retrains on a tiny reference (tests and the soak benchmark)."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curriculum.domains.arith import ArithDomain, complexity, random_expression
+from curriculum.domains.base import Task, Validity
+from curriculum.retrain import RetrainSpec
+from curriculum.rewards import HardGateReward
+from curriculum.solvers import build_solver
+from curriculum.solvers.base import Sampling
+from curriculum.store import repo
+from curriculum.store.db import Store
+from curriculum.store.lineage import EnsembleSpec
+from daemon.loop.driver import Driver, DriverSettings
+from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
+from daemon.service.retrainer import InProcessRetrainer
+from daemon.service.spot import InProcessSpotChecker
+from probes import FeatureExtractor, FrozenReference, Scores
+from probes.band import Band
+from testkit.retrain_data import artifacts_for, tiny_reference
+
+
+class CountingArith(ArithDomain):
+    """The arith domain, counting the completions it validates (one pass per sample batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.validated = 0
+
+    def validate_batch(self, texts: list[str]) -> list[Validity]:
+        self.validated += len(texts)
+        return super().validate_batch(texts)
+
+
+class ComplexityScorer:
+    """Ensemble scores as a fixed function of task complexity; counts the texts it scored."""
+
+    def __init__(self) -> None:
+        self.scored = 0
+
+    def score(self, texts: Sequence[str]) -> Scores:
+        self.scored += len(texts)
+        probs = np.array([min(0.99, complexity(Task("arith", t.removeprefix("Q:"))) / 12) for t in texts])
+        return Scores(probs * 10 - 5, probs, np.zeros((1, len(texts))))
+
+
+class FakeEngine:
+    """Samples random arith expressions; 'probability' is a fixed function of complexity; the reward is
+    the real hard gate over those scores."""
+
+    def __init__(self) -> None:
+        self.domain = CountingArith()
+        self.scorer = ComplexityScorer()
+        self.reward = HardGateReward(self.domain, self.scorer, floor=-6.0, group_size=1)
+        self.step = 0
+        self.members: tuple[str, ...] = ("file:///p",)
+        self.aux: tuple[str, ...] = ()
+        self.loaded: list[tuple[list[str], list[str]]] = []
+        self.kl_factors: list[float] = []
+
+    @property
+    def ensemble(self) -> EnsembleSpec:
+        return EnsembleSpec("min", self.members, self.aux)
+
+    def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
+        self.step += steps
+        self.kl_factors.append(kl_factor)
+        return {"reward_mean": 0.1 * self.step, "steps": float(steps)}
+
+    def sample(self, n: int, seed: int) -> list[str]:
+        rng = random.Random(seed)
+        return [random_expression(rng, rng.randint(1, 6)) if i % 10 else "12+" for i in range(n)]
+
+    def score(self, texts: Sequence[str]) -> Scored:
+        scores = self.scorer.score(texts)
+        return Scored(scores.logits.tolist(), scores.probabilities.tolist(), self.ensemble)
+
+    def rewards(self, checks: Sequence[Validity], scored: Scored | None) -> list[float]:
+        return self.reward.from_valid_scores(checks, scored.logits if scored else [],
+                                             scored.probabilities if scored else [])
+
+    def provenance(self) -> dict[str, Any]:
+        return {"generator_step": self.step, "adapter_hash": f"a{self.step}", "probe_ensemble_id": self.ensemble.key,
+                "reference_fingerprint": "sha256:ref"}
+
+    def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
+        self.loaded.append((list(artifact_uris), list(aux_uris)))
+        self.members, self.aux = tuple(artifact_uris), tuple(aux_uris)
+
+    def reference_info(self) -> ReferenceInfo:
+        return ReferenceInfo("tiny", reference().fingerprint, 2, "mean_full")
+
+
+@functools.cache
+def reference() -> FrozenReference:
+    """Aux probes are trained for real, on a random tiny Qwen2 (built once per test process)."""
+    return tiny_reference()
+
+
+class QueuedRetrainer:
+    """Holds submitted jobs, as a broker would, until the test plays the worker."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.specs: list[RetrainSpec] = []
+        self.fail_first = fail_first
+
+    def submit(self, spec: RetrainSpec) -> None:
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            raise DispatchError("broker unreachable")
+        self.specs.append(spec)
+
+
+def make_driver(store: Store, work_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
+    """The fake engine, in-process spot-checks with the synthetic solver, real retrains on the tiny
+    reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
+    settings = DriverSettings(**{
+        "run_name": "drv", "sample_size": 40, "band": Band(8, 1, 3, 6), "budget_per_cycle": 20,
+        "retrain_min_false_positives": 3, "min_probability": 0.3, "max_topic_share": 0.5,
+        "diversity_sample_size": 32, "probe_arch": "linear", **kw})
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, settings.run_name, "h", {})
+        pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
+        repo.set_active_probes(s, [pid], run_id)
+    engine = FakeEngine()
+    spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
+    retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()),
+                                                artifacts_for(store, work_dir))
+    return Driver(store, run_id, engine, spot, retrainer, settings), engine
+
+
+def tick_to(driver: Driver, phase: str, cycle: int) -> None:
+    while driver.state()[:2] != (phase, cycle):
+        driver.tick()
