@@ -152,3 +152,26 @@ def test_bad_solver_names_are_422(api: tuple[str, Store], path: str) -> None:
     assert resp.status_code == 422
     assert httpx.post(f"{url}/v1/solvers/p/versions", json={"version": "1"}).status_code == 401
     assert httpx.post(f"{url}/v1/solvers/p/versions", json={"version": "1", "x": 1}, headers=AUTH).status_code == 422
+
+
+def test_a_batched_ack_stores_versioned_trainer_labels(api: tuple[str, Store]) -> None:
+    """``POST /v1/tasks/ack`` carries the same outcome fields as a single ack: each accepted item is a
+    consumer label of its solver version (errors excluded); a version that cannot be ordered refuses
+    the whole batch with 422 and acks nothing."""
+    from propel_sdk.client import Ack
+
+    url, store = api
+    seed(store, 4)
+    with PropelClient(url, token=TOKEN) as client:
+        leased = client.lease(4, lease_s=600, consumer="batch")
+        with pytest.raises(PropelClientError) as err:
+            client.ack_many([Ack(leased[0], solved=2, n=8, solver="policy", version="v1.2.10")])
+        assert err.value.status == 422
+        statuses = client.ack_many([Ack(t, solved=2, n=8, solver="policy", version="step-7", errors=1,
+                                        sampling={"temperature": 0.7}) for t in leased])
+        current = client.solver_versions("policy")["current"]
+    with store.session() as s:
+        labels = s.execute(select(Label.solver_name, Label.solver_version, Label.valid_trials, Label.in_band)
+                           .where(Label.source == "consumer")).all()
+    assert set(statuses.values()) == {"acked"} and current == "step-7"
+    assert len(labels) == 4 and set(labels) == {("policy", "step-7", 7, True)}
