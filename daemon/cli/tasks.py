@@ -35,10 +35,8 @@ def api_url(cfg: PropelConfig, url: str | None) -> str:
 
 @contextmanager
 def api_client(ctx: click.Context, url: str | None) -> Iterator[PropelClient]:
-    """A client of the API; when nothing answers there, or the token is refused, one line saying
-    what to do (exit 1) instead of a traceback."""
-    import httpx
-
+    """A client of the API; a refused request (e.g. the token) ends in one line saying what to do
+    (exit 1). When nothing answers, the root group's one line names the URL (``daemon.cli.main``)."""
     from propel_sdk.client import PropelClient, PropelClientError
 
     cfg = _cfg(ctx)
@@ -47,11 +45,6 @@ def api_client(ctx: click.Context, url: str | None) -> Iterator[PropelClient]:
     try:
         with PropelClient(base, token=token) as client:
             yield client
-    except httpx.TransportError as err:
-        reason = type(err).__name__.replace("Error", "").lower() or "error"
-        click.echo(f"error: no propel API answers at {base} ({reason}): start `propel run` or `propel serve`, "
-                   "or pass --url / set api.host and api.port", err=True)
-        sys.exit(1)
     except PropelClientError as err:
         hint = " (set PROPEL_API_TOKEN to the API's token)" if err.status == 401 else ""
         click.echo(f"error: {base} refused the request: {err}{hint}", err=True)

@@ -70,4 +70,4 @@ def test_no_api_answering_is_one_line(tmp_path: Path, command: list[str]) -> Non
     args = [str(outcomes) if a == "OUTCOMES" else str(tmp_path / a) if a.endswith(".jsonl") else a for a in command]
     code, _, err = invoke(*args, "--url", url)
     assert code == 1
-    assert err.strip().count("\n") == 0 and f"no propel API answers at {url}" in err and "propel serve" in err
+    assert err.strip().count("\n") == 0 and f"nothing answers at {url}" in err and "propel serve" in err

@@ -131,4 +131,4 @@ def test_export_filters_parquet_and_http(store: Store, tmp_path: Path) -> None:
             list(anonymous.export())
     url = f"http://127.0.0.1:{free_port()}"
     code, _, err = invoke(store, "tasks", "export", "--api", url)
-    assert code == 1 and err.count("\n") == 1 and f"no propel API answers at {url}" in err
+    assert code == 1 and err.count("\n") == 1 and f"nothing answers at {url}" in err

@@ -38,7 +38,7 @@ def test_tasks_pull_and_ack_name_the_url(tmp_path: Path) -> None:
     line = _one_line(out)
     assert code == 1 and f"nothing answers at {url}" in line and "propel run" in line and "propel serve" in line
     outcomes = tmp_path / "o.jsonl"
-    outcomes.write_text(json.dumps({"id": 1, "solved": 1, "n": 8, "solver": "s"}) + "\n")
+    outcomes.write_text(json.dumps({"id": 1, "solved": 1, "n": 8, "solver": "s", "lease_token": "t"}) + "\n")
     code, out = _run(["tasks", "ack", str(outcomes), "--url", url])
     assert code == 1 and f"nothing answers at {url}" in _one_line(out)
 
