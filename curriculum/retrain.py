@@ -18,17 +18,19 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
 
+from curriculum import frontier_labels, refresh
 from curriculum.artifacts import ArtifactStore
 from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
 from curriculum.spotcheck import LabelValue
+from curriculum.staleness import StalenessPolicy, freshest_per_task
 from curriculum.store import lineage, repo
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
@@ -60,6 +62,12 @@ class RetrainSpec:
     arch: str
     collapse_topic: bool  # also use the dominant topic family as negatives (collapse mitigation)
     seed: int = 0
+    solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
+    staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
+    role: str = "aux"  # "primary": a champion/challenger refresh of the primary probe (curriculum.refresh)
+    champion: str = ""  # primary refresh: the champion's artifact
+    holdout_share: float = 0.25  # primary refresh: newest labels held out to judge challenger vs champion
+    refresh_min_labels: int = 32  # primary refresh: usable labels needed
 
     @property
     def band(self) -> Band:
@@ -72,7 +80,7 @@ class RetrainSpec:
     def from_json(cls, data: dict[str, Any]) -> RetrainSpec:
         data = {k: v for k, v in data.items() if k not in _RETIRED_SPEC_KEYS}
         unknown = set(data) - {f.name for f in fields(cls)}
-        missing = {f.name for f in fields(cls) if f.default is MISSING} - set(data)
+        missing = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING} - set(data)
         if unknown or missing:
             raise ValueError(f"bad retrain spec: unknown {sorted(unknown)}, missing {sorted(missing)}")
         return cls(**data)
@@ -89,6 +97,7 @@ class RetrainOutcome:
     probe_id: int | None = None
     reason: str | None = None
     false_positive_ids: tuple[int, ...] = ()
+    result: dict[str, Any] = field(default_factory=dict)  # the job's recorded result (a refresh's decision)
 
 
 def create_job(store: Store, spec: RetrainSpec) -> bool:
@@ -105,7 +114,8 @@ def job_outcome(store: Store, name: str) -> RetrainOutcome | None:
         if row is None:
             return None
         return RetrainOutcome(row.name, row.state, RetrainSpec.from_json(dict(row.spec)), row.created_at,
-                              row.probe_id, row.reason, tuple(row.result.get("false_positive_ids", [])))
+                              row.probe_id, row.reason, tuple(row.result.get("false_positive_ids", [])),
+                              dict(row.result))
 
 
 def finish_job(store: Store, name: str, state: str, reason: str | None = None) -> None:
@@ -122,23 +132,35 @@ def reject_job(store: Store, name: str, reason: str) -> None:
                   .values(state="failed", reason=reason))
 
 
-def load_samples(store: Store, run_id: int, domain: Domain) -> list[LabelledSample]:
-    """Every spot-check-labelled valid task of the run, as reference text + its current ensemble probability.
+def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
+                 staleness: StalenessPolicy | None = None) -> list[LabelledSample]:
+    """Every usable labelled valid task of the run, as reference text + its current ensemble probability.
 
-    All of them, not only the newest: the new aux probe replaces the previous one, so it must keep
-    refusing what the earlier ones refused.
+    With ``solver``: spot-check *and* trainer labels of that solver name that still count under
+    ``staleness`` (:mod:`curriculum.staleness`), the freshest one per task. Without: every spot-check
+    label (runs that predate solver versions). All of them, not only the newest: the new aux probe
+    replaces the previous one, so it must keep refusing what the earlier ones refused.
     """
     with store.session() as s:
+        if solver:
+            best = freshest_per_task(frontier_labels.usable_labels(s, solver, staleness or StalenessPolicy(),
+                                                                   run_id=run_id))
+            labels = {t: LabelValue(w.label.solved, w.label.valid_trials, w.label.in_band) for t, w in best.items()
+                      if w.label.in_band is not None}
+        else:
+            labels = {int(r.task_id): LabelValue(r.solved, r.valid_trials, r.in_band) for r in s.execute(
+                select(Label.task_id, Label.solved, Label.valid_trials, Label.in_band)
+                .join(TaskRow, TaskRow.id == Label.task_id)
+                .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
+                       Label.in_band.is_not(None)))}
         rows = s.execute(
-            select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, Label.solved, Label.valid_trials,
-                   Label.in_band, ProbeScore.probability).select_from(TaskRow)
-            .join(Label, Label.task_id == TaskRow.id)
+            select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, ProbeScore.probability)
+            .select_from(TaskRow)
             .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
-            .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
-                   Label.in_band.is_not(None))).all()
+            .where(TaskRow.id.in_(list(labels)))).all() if labels else []
     return [LabelledSample(r.id, domain.reference_text(Task(domain.name, r.text, dict(r.payload or {}))), True,
-                           float(r.probability or 0.0), LabelValue(r.solved, r.valid_trials, r.in_band), r.topic)
-            for r in rows]
+                           float(r.probability or 0.0), labels[r.id], r.topic)
+            for r in sorted(rows, key=lambda r: r.id)]
 
 
 def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor,
@@ -155,7 +177,9 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
         finish_job(store, spec.name, "failed", f"reference {spec.reference} has fingerprint "
                    f"{extractor.reference.fingerprint[:19]}…, the job expects {spec.reference_fingerprint[:19]}…")
         return _outcome(store, spec.name)
-    samples = load_samples(store, spec.run_id, domain)
+    if spec.role == "primary":
+        return _run_primary_refresh(store, spec, domain, extractor, artifacts)
+    samples = load_samples(store, spec.run_id, domain, spec.solver, StalenessPolicy(**spec.staleness))
     with store.session() as s:  # the false positives the leader recorded, consumed ones too (see load_samples)
         recorded = lineage.false_positive_tasks(s, spec.run_id)
     topic = dominant_topic(samples)[0] if spec.collapse_topic else None
@@ -176,6 +200,17 @@ def run_retrain(store: Store, spec: RetrainSpec, domain: Domain, extractor: Feat
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
             state="done", probe_id=pid, finished_at=datetime.now(UTC),
             result={"false_positive_ids": fp_ids, "collapse_topic": topic, **result.dataset.summary}))
+    return _outcome(store, spec.name)
+
+
+def _run_primary_refresh(store: Store, spec: RetrainSpec, domain: Domain, extractor: FeatureExtractor,
+                         artifacts: ArtifactStore) -> RetrainOutcome:
+    try:
+        result = refresh.run_refresh(store, spec, domain, extractor, artifacts)
+    except refresh.InsufficientRefreshData as err:
+        finish_job(store, spec.name, "skipped", str(err))
+        return _outcome(store, spec.name)
+    refresh.record_refresh(store, spec, result, spec.reference_fingerprint, artifacts)
     return _outcome(store, spec.name)
 
 

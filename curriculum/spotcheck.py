@@ -138,17 +138,25 @@ def _trial(domain: Domain, task: Task, task_id: int, solver_id: str, attempt: in
 
 
 def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids: Sequence[int], k: int,
-                  sampling: Sampling) -> SpotCheckResult:
-    """Attempt each task until it has ``k`` trials by ``solver``; store graded trials idempotently."""
+                  sampling: Sampling, solver_id: str | None = None) -> SpotCheckResult:
+    """Attempt each task until it has ``k`` trials by ``solver``; store graded trials idempotently.
+
+    ``solver_id`` is the qualified id (``name@version``, :mod:`curriculum.solver_versions`) the
+    trials are recorded under — the version the solver's endpoint serves now; default: the backend's id.
+    """
     start = time.perf_counter()
-    tasks, missing = _missing_attempts(store, task_ids, solver.solver_id, k)
+    sid = solver_id or solver.solver_id
+    serve = getattr(solver, "serve_version", None)  # an instrument that can act as any version (synthetic)
+    if serve is not None:
+        serve(sid.rpartition("@")[2] if "@" in sid else "")
+    tasks, missing = _missing_attempts(store, task_ids, sid, k)
     by_count: dict[int, list[int]] = defaultdict(list)
     for tid, attempts in missing.items():
         by_count[len(attempts)].append(tid)
     written = nulls = 0
     for n, tids in sorted(by_count.items()):
         comps = solver.generate([domain.solver_prompt(tasks[t]) for t in tids], n, sampling)
-        trials = [_trial(domain, tasks[t], t, solver.solver_id, attempt, comp)
+        trials = [_trial(domain, tasks[t], t, sid, attempt, comp)
                   for t, row in zip(tids, comps, strict=True)
                   for attempt, comp in zip(missing[t], row, strict=True)]
         nulls += sum(1 for tr in trials if tr.outcome == "null")
@@ -176,10 +184,16 @@ def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: 
 
 
 def trials_since(store: Store, solver_id: str, seconds: float, distinct_tasks: bool = True) -> int:
-    """Tasks (or, with ``distinct_tasks=False``, trial rows) of ``solver_id`` in the last ``seconds``."""
+    """Tasks (or, with ``distinct_tasks=False``, trial rows) of the solver in the last ``seconds``.
+
+    Counted over every version of the solver's *name* (``policy@7`` and ``policy`` both count
+    ``policy``): the budget is the endpoint's, whichever checkpoint it serves.
+    """
+    from curriculum.solver_versions import split_solver_id
+
     since = utcnow() - timedelta(seconds=seconds)
     what = func.count(func.distinct(SolverTrial.task_id)) if distinct_tasks else func.count()
     with store.session() as s:
-        q = select(what).select_from(SolverTrial).where(SolverTrial.solver_id == solver_id,
+        q = select(what).select_from(SolverTrial).where(SolverTrial.solver_name == split_solver_id(solver_id)[0],
                                                          SolverTrial.created_at >= since)
         return int(s.execute(q).scalar_one())

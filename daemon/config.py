@@ -148,6 +148,17 @@ class SolverConfig(_Section):
     endpoint: Literal["chat", "completions"] = Field(default="chat", description="OpenAI endpoint to call")
     artificial_latency_s: float = Field(
         default=0.0, ge=0, description="benchmarks and fault tests only: fixed delay added per request")
+    name: str | None = Field(default=None, min_length=1, max_length=256, pattern=r"^[^@\s/][^@\s]*$",
+                             description="the solver's name, as trainers ack and announce it (their outcomes "
+                             "mix with spot-checks only under the same name); default: the backend's id")
+    version: str = Field(default="", max_length=128, pattern=r"^[^@\s]*$",
+                         description="the version the spot-check endpoint serves at start ('' = unversioned); "
+                         "`propel solver announce` moves it on without a restart")
+    version_order: int | None = Field(default=None, ge=0, description="order of solver.version when it has no "
+                                      "step number (higher = newer)")
+    synthetic_skill_by_version: dict[str, float] = Field(
+        default_factory=dict, description="synthetic solver only (a benchmark instrument): its offset — the "
+        "complexity it solves half the time — per announced version, to simulate an improving solver")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -160,6 +171,15 @@ class SolverConfig(_Section):
                 raise ValueError("solver.model is required when solver.backend = 'openai'")
         if self.backend == "hf" and not self.model:
             raise ValueError("solver.model (a local path or hub id) is required when solver.backend = 'hf'")
+        from curriculum.solver_versions import derive_order
+
+        if self.version and self.version_order is None and derive_order(self.version) is None:
+            raise ValueError(f"solver.version {self.version!r} carries no step number: set solver.version_order "
+                             "(an integer, higher = newer)")
+        if not self.version and self.version_order is not None:
+            raise ValueError("solver.version_order needs solver.version")
+        if self.synthetic_skill_by_version and self.backend != "synthetic":
+            raise ValueError("solver.synthetic_skill_by_version only applies to solver.backend = 'synthetic'")
         return self
 
 
@@ -189,6 +209,28 @@ class SpotCheckConfig(_Section):
                 f"spotcheck.min_valid_trials ({self.min_valid_trials}) cannot exceed spotcheck.k ({self.k})"
             )
         return self
+
+
+class FrontierConfig(_Section):
+    """Following the solver as it improves: label staleness, drift re-measurement, primary refresh."""
+
+    staleness: Literal["keep_last", "half_life"] = Field(
+        default="keep_last", description="how labels of older solver versions count (docs/FRONTIER.md)")
+    keep_versions: int = Field(default=2, ge=1, description="keep_last: labels of this many newest versions count")
+    half_life_versions: float = Field(default=1.0, gt=0, description="half_life: weight halves every this many "
+                                      "versions")
+    min_weight: float = Field(default=0.2, ge=0, lt=1, description="half_life: lighter labels are dropped")
+    drift_budget_share: float = Field(default=0.25, ge=0, le=1, description="share of each cycle's spot-check "
+                                      "budget spent re-measuring labelled tasks on a new solver version")
+    drift_per_stratum: int = Field(default=8, ge=1, description="tasks re-measured per old-version stratum "
+                                   "(too easy / in band / too hard) after a new version")
+    refresh_drift_threshold: float = Field(default=0.3, gt=0, le=1, description="drift score above which the "
+                                           "primary probe is refreshed (champion/challenger)")
+    refresh_every_labels: int = Field(default=0, ge=0, description="also refresh after this many new usable "
+                                      "labels (0: only on drift)")
+    refresh_holdout_share: float = Field(default=0.25, gt=0, lt=1, description="newest labels held out to "
+                                         "compare challenger and champion")
+    refresh_min_labels: int = Field(default=32, ge=8, description="usable labels needed before a refresh")
 
 
 class RLConfig(_Section):
@@ -326,6 +368,7 @@ class PropelConfig(_Section):
     alerts: AlertsConfig = AlertsConfig()
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
+    frontier: FrontierConfig = FrontierConfig()
     artifacts: ArtifactsConfig = ArtifactsConfig()
 
     @model_validator(mode="after")

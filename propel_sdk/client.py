@@ -3,7 +3,8 @@
     client = PropelClient("http://propel:8787", token=os.environ["PROPEL_API_TOKEN"])
     for task in client.iterate(batch=32, lease_s=600, consumer="trainer-0"):
         solved = train_on(task.message)          # your code
-        client.ack(task, solved=solved, n=8, solver="my-policy@step-1200")
+        client.ack(task, solved=solved, n=8, errors=0, solver="my-policy", version=1200)
+    client.announce("my-policy", 1300)          # a new checkpoint: spot-checks and drift follow it
 
 Acks need the lease token (a ``LeasedTask`` carries it); many at once with
 ``client.ack_many([Ack(task, solved=3, n=8, solver="pol@1200"), ...])``. Delivery is at-least-once:
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -44,6 +46,10 @@ class Ack:
     n: int
     solver: str
     lease_token: str | None = None
+    errors: int = 0  # attempts lost to infrastructure failures (excluded from the count)
+    version: str | int | None = None  # the solver version that made the attempts
+    version_order: int | None = None
+    sampling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,22 @@ class LeasedTask:
     lease_until: str
     attempts: int
     message: dict[str, Any]
+
+
+def ack_body(*, solved: int, n: int, solver: str, lease_token: str | None = None, errors: int = 0,
+             version: str | int | None = None, version_order: int | None = None,
+             sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of one outcome (the single-task ack and a batched ack send the same fields)."""
+    body: dict[str, Any] = {"solved": solved, "n": n, "solver": solver, "lease_token": lease_token}
+    if errors:
+        body["errors"] = errors
+    if version is not None:
+        body["version"] = str(version)
+    if version_order is not None:
+        body["version_order"] = version_order
+    if sampling is not None:
+        body["sampling"] = sampling
+    return body
 
 
 class PropelClient:
@@ -104,14 +126,35 @@ class PropelClient:
                 self._outstanding[t.id] = (t.lease_token, lease_s)
         return tasks
 
-    def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None) -> str:
-        """Ack one outcome: ``acked``, ``late`` (accepted after the lease expired) or ``already_acked``;
-        raises :class:`PropelClientError` (409) when the lease was lost."""
+    def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None,
+            errors: int = 0, version: str | int | None = None, version_order: int | None = None,
+            sampling: dict[str, Any] | None = None) -> str:
+        """Report ``solved`` of ``n`` attempts by ``solver`` at ``version``; ``errors`` attempts that failed
+        for infrastructure reasons are excluded from the count. Answers ``acked``, ``late`` (accepted
+        after the lease expired) or ``already_acked``; raises :class:`PropelClientError` (409) when the
+        lease was lost."""
         task_id, token = self._id_token(task, lease_token)
-        status = str(self._post(f"/v1/tasks/{task_id}/ack", {"solved": solved, "n": n, "solver": solver,
-                                                              "lease_token": token})["status"])
+        status = str(self._post(f"/v1/tasks/{task_id}/ack", ack_body(
+            solved=solved, n=n, solver=solver, lease_token=token, errors=errors, version=version,
+            version_order=version_order, sampling=sampling))["status"])
         self._forget(task_id)
         return status
+
+    def announce(self, solver: str, version: str | int, order: int | None = None) -> dict[str, Any]:
+        """Announce ``version`` of ``solver`` (idempotent). The highest-ordered version is current:
+        spot-checks are recorded against it and a sample of labelled tasks is re-measured on it."""
+        body: dict[str, Any] = {"version": str(version)}
+        if order is not None:
+            body["order"] = order
+        return self._post(f"/v1/solvers/{quote(solver, safe='/')}/versions", body)
+
+    def solver_versions(self, solver: str) -> dict[str, Any]:
+        """The known versions of ``solver`` with their order and age (0 = current)."""
+        resp = self._http.get(f"/v1/solvers/{quote(solver, safe='/')}/versions")
+        if resp.status_code >= 400:
+            raise PropelClientError(resp.status_code, resp.text[:300])
+        data: dict[str, Any] = resp.json()
+        return data
 
     def ack_many(self, outcomes: Sequence[Ack]) -> dict[int, str]:
         """Ack many outcomes in one request (up to 1000); a status per task id, never an exception for
@@ -119,7 +162,9 @@ class PropelClient:
         body = []
         for o in outcomes:
             task_id, token = self._id_token(o.task, o.lease_token)
-            body.append({"id": task_id, "solved": o.solved, "n": o.n, "solver": o.solver, "lease_token": token})
+            body.append({"id": task_id, **ack_body(solved=o.solved, n=o.n, solver=o.solver, lease_token=token,
+                                                   errors=o.errors, version=o.version,
+                                                   version_order=o.version_order, sampling=o.sampling)})
         data = self._post("/v1/tasks/ack", {"outcomes": body})
         statuses = {int(r["id"]): str(r["status"]) for r in data["results"]}
         for task_id in statuses:

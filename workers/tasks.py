@@ -15,10 +15,15 @@ from workers.runtime import resources
 
 
 @app.task(name="propel.spotcheck")
-def spotcheck_task(task_ids: list[int], k: int) -> dict[str, Any]:
-    """Attempt each task until it has ``k`` trials by this worker's solver (idempotent)."""
+def spotcheck_task(task_ids: list[int], k: int, solver_id: str | None = None) -> dict[str, Any]:
+    """Attempt each task until it has ``k`` trials by this worker's solver (idempotent).
+
+    ``solver_id`` is the qualified ``name@version`` the leader read from the store when it dispatched
+    (the version the endpoint serves now: an announce changes it without restarting anything); the
+    trials are recorded under it. Messages without it (older leaders) use the backend's id.
+    """
     res = resources()
-    out = run_spotcheck(res.store, res.domain, res.solver, task_ids, k, res.sampling)
+    out = run_spotcheck(res.store, res.domain, res.solver, task_ids, k, res.sampling, solver_id=solver_id)
     return {"tasks": out.tasks, "trials_written": out.trials_written, "null_trials": out.null_trials,
             "elapsed_s": round(out.elapsed_s, 3)}
 
@@ -31,12 +36,15 @@ def spotcheck_task_id(task_ids: Sequence[int], k: int, solver_id: str) -> str:
 
 def dispatch_spotchecks(task_ids: Sequence[int], k: int, solver_id: str, run_name: str,
                         batch_size: int = 8) -> list[str]:
-    """Send ``task_ids`` to the run's spot-check queue in batches; returns the Celery task ids."""
+    """Send ``task_ids`` to the run's spot-check queue in batches; returns the Celery task ids.
+
+    The message carries ``solver_id`` (qualified ``name@version``); the worker records its trials under it.
+    """
     ids = []
     for i in range(0, len(task_ids), batch_size):
         batch = list(task_ids[i:i + batch_size])
         tid = spotcheck_task_id(batch, k, solver_id)
-        spotcheck_task.apply_async(args=[batch, k], task_id=tid, queue=queue_name(run_name))
+        spotcheck_task.apply_async(args=[batch, k, solver_id], task_id=tid, queue=queue_name(run_name))
         ids.append(tid)
     return ids
 

@@ -20,6 +20,11 @@ class DelayedSolver:
         self.latency_s = latency_s
         self.solver_id = inner.solver_id
 
+    def serve_version(self, version: str) -> None:
+        serve = getattr(self.inner, "serve_version", None)
+        if serve is not None:
+            serve(version)
+
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         time.sleep(self.latency_s)
         return self.inner.generate(prompts, n, sampling)

@@ -6,7 +6,8 @@ It reads the expression out of an arith solver prompt and answers correctly with
 offset in ±1..10 (an off-by-something integer). Draws are seeded by (solver seed, sampling seed,
 prompt, attempt index), so the same request gives the same answers and the whole pipeline is
 reproducible. Its ``solver_id`` always starts with ``synthetic:`` so its trials can never be
-mistaken for a real solver's.
+mistaken for a real solver's. :meth:`SyntheticArithSolver.set_skill` raises or lowers its skill in
+place (a new checkpoint of the same solver, announced as a new version).
 """
 
 from __future__ import annotations
@@ -27,11 +28,24 @@ _PROMPT_EXPR = re.compile(r"Compute:\s*([0-9+\-*() ]+?)\s*(?:\n|$)")
 class SyntheticArithSolver:
     """Logistic-in-complexity success probability; seeded; labelled ``synthetic:``."""
 
-    def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0) -> None:
+    def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0,
+                 skill_by_version: dict[str, float] | None = None) -> None:
         self.slope = slope
-        self.offset = offset
+        self.offset = self.base_offset = offset
         self.seed = seed
+        self.skill_by_version = dict(skill_by_version or {})
         self.solver_id = f"synthetic:arith-logistic(slope={slope:g},offset={offset:g},seed={seed})"
+
+    def serve_version(self, version: str) -> None:
+        """Act as checkpoint ``version``: its offset from ``skill_by_version`` (else the base offset).
+        Spot-checks call this with the version they record trials under (benchmarks of drift)."""
+        self.offset = self.skill_by_version.get(version, self.base_offset)
+
+    def set_skill(self, offset: float) -> None:
+        """Change the solver's skill (the complexity at which it succeeds half the time) in place —
+        a new checkpoint of the same solver: ``solver_id`` (its name) does not change. It is the skill
+        of every version not in ``skill_by_version``."""
+        self.offset = self.base_offset = offset
 
     def success_probability(self, expression: str) -> float:
         """P(correct) for ``expression`` (raises :class:`ArithError` if it does not parse)."""

@@ -41,7 +41,8 @@ NAMING_CONVENTION = {
 }
 
 TRIAL_OUTCOMES = ("pass", "fail", "null")
-QUEUE_STATES = ("ready", "leased", "acked", "dead")
+LABEL_SOURCES = ("spotcheck", "consumer")
+QUEUE_STATES = ("ready", "leased", "acked", "dead", "stale")  # stale: retired after a primary-probe refresh
 PROBE_ROLES = ("primary", "aux")
 FP_SIDES = ("too_easy", "too_hard")
 
@@ -172,12 +173,15 @@ class SolverTrial(Base):
     __tablename__ = "solver_trials"
     __table_args__ = (
         UniqueConstraint("task_id", "solver_id", "attempt"),
-        Index("ix_solver_trials_solver_created", "solver_id", "created_at"),  # hourly budget window
+        Index("ix_solver_trials_solver_created", "solver_id", "created_at"),
+        Index("ix_solver_trials_name_created", "solver_name", "created_at"),  # hourly budget window
         CheckConstraint("outcome IN ('pass', 'fail', 'null')", name="outcome"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    solver_id: Mapped[str] = mapped_column(String(256))
+    solver_id: Mapped[str] = mapped_column(String(256))  # qualified: name@version (name when unversioned)
+    solver_name: Mapped[str] = mapped_column(String(256))
+    solver_version: Mapped[str] = mapped_column(String(128))
     attempt: Mapped[int] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(String(8))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -187,21 +191,71 @@ class SolverTrial(Base):
 
 
 class Label(Base):
-    """Utility label of a task for a solver: solves over valid trials and whether it is in band."""
+    """Utility label of a task for a solver version: solves over valid trials and whether it is in band.
+
+    ``source`` is ``spotcheck`` (the daemon's own trials) or ``consumer`` (a trainer's acked outcome,
+    whose ``errors`` — infrastructure failures — are excluded from ``valid_trials`` and whose
+    ``sampling`` settings are kept when the trainer gave them).
+    """
 
     __tablename__ = "labels"
-    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),)
+    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),
+                      Index("ix_labels_name_version", "solver_name", "solver_version"))
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    solver_id: Mapped[str] = mapped_column(String(256))
+    solver_id: Mapped[str] = mapped_column(String(256))  # qualified: name@version (name when unversioned)
+    solver_name: Mapped[str] = mapped_column(String(256))
+    solver_version: Mapped[str] = mapped_column(String(128))
     source: Mapped[str] = mapped_column(String(16), default="spotcheck")
     k: Mapped[int] = mapped_column(Integer)
     solved: Mapped[int] = mapped_column(Integer)
     valid_trials: Mapped[int] = mapped_column(Integer)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     band_lo: Mapped[int] = mapped_column(Integer)
     band_hi: Mapped[int] = mapped_column(Integer)
     in_band: Mapped[bool | None] = mapped_column(Boolean)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SolverVersionRow(Base):
+    """A known version of a named solver and its order (see :mod:`curriculum.solver_versions`)."""
+
+    __tablename__ = "solver_versions"
+    __table_args__ = (UniqueConstraint("solver", "version"),
+                      Index("ix_solver_versions_solver_ordinal", "solver", "ordinal"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solver: Mapped[str] = mapped_column(String(256))
+    version: Mapped[str] = mapped_column(String(128))
+    ordinal: Mapped[int | None] = mapped_column(BigInteger)  # None: unordered legacy version
+    source: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DriftMeasurement(Base):
+    """Re-measurement of a stratified sample of labelled tasks on a new solver version.
+
+    ``sample`` maps task id → its stratum under the old version (``too_easy`` / ``in_band`` /
+    ``too_hard``); ``matrix`` counts old → new strata of the tasks measured so far; ``score`` is the
+    share of formerly in-band tasks that left the band (None until one was measured).
+    """
+
+    __tablename__ = "drift_measurements"
+    __table_args__ = (UniqueConstraint("run_id", "solver", "new_version"),
+                      CheckConstraint("state IN ('measuring', 'done')", name="state"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    solver: Mapped[str] = mapped_column(String(256))
+    old_version: Mapped[str] = mapped_column(String(128))
+    new_version: Mapped[str] = mapped_column(String(128))
+    cycle: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="measuring")
+    sample: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    matrix: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    measured: Mapped[int] = mapped_column(Integer, default=0)
+    score: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
 
 
 class FalsePositive(Base):
@@ -281,7 +335,8 @@ _QUEUE_OPEN = text("state IN ('ready', 'leased')")
 
 
 class QueueItem(Base):
-    """The durable downstream queue (a lease table): one row per emitted task.
+    """The durable downstream queue (a lease table): one row per emitted task. ``stale``: a ready task
+    a refreshed primary probe no longer rates as frontier (never served, kept for analysis).
 
     ``domain``, ``topic``, ``predicted_in_band`` and ``solver`` are copied from the message so that
     trainers can select on them; the partial ``ix_queue_open_*`` indexes cover a run's open rows in
@@ -290,7 +345,7 @@ class QueueItem(Base):
 
     __tablename__ = "queue"
     __table_args__ = (
-        CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead')", name="state"),
+        CheckConstraint("state IN ('ready', 'leased', 'acked', 'dead', 'stale')", name="state"),
         UniqueConstraint("run_id", "task_id"),  # a task is queued once per run (another run may replay it)
         Index("ix_queue_state_lease", "state", "lease_until"),
         Index("ix_queue_open_run", "run_id", "enqueued_at", "id", postgresql_where=_QUEUE_OPEN,

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import (
+    LABEL_SOURCES,
     PROBE_ROLES,
     TRIAL_OUTCOMES,
     AlertRow,
@@ -98,12 +99,20 @@ def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
             raise ValueError(f"trial outcome must be one of {TRIAL_OUTCOMES}, got {t.outcome!r}")
     now = utcnow()
     rows = [{"task_id": t.task_id, "solver_id": t.solver_id, "attempt": t.attempt,
-             "outcome": t.outcome, "reason": t.reason, "answer": t.answer,
+             **_name_version(t.solver_id), "outcome": t.outcome, "reason": t.reason, "answer": t.answer,
              "latency_s": t.latency_s, "created_at": now} for t in trials]
     inserted = 0
     for chunk in _chunks(rows, 1000):
         inserted += insert_ignore(sess, SolverTrial, chunk, ["task_id", "solver_id", "attempt"])
     return inserted
+
+
+def _name_version(solver_id: str) -> dict[str, str]:
+    """The ``solver_name`` / ``solver_version`` columns of a qualified solver id (``name@version``)."""
+    from curriculum.solver_versions import split_solver_id
+
+    name, version = split_solver_id(solver_id)
+    return {"solver_name": name, "solver_version": version}
 
 
 def trial_count(sess: Session, run_id: int) -> int:
@@ -113,12 +122,18 @@ def trial_count(sess: Session, run_id: int) -> int:
 
 
 def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
-                 valid_trials: int, band: tuple[int, int], in_band: bool | None) -> None:
-    """Create or overwrite the label of ``(task, solver, source)``."""
+                 valid_trials: int, band: tuple[int, int], in_band: bool | None, errors: int = 0,
+                 sampling: Mapping[str, Any] | None = None) -> None:
+    """Create or overwrite the label of ``(task, solver, source)``; ``solver_id`` is qualified
+    (``name@version``, see :mod:`curriculum.solver_versions`)."""
+    if source not in LABEL_SOURCES:
+        raise ValueError(f"label source must be one of {LABEL_SOURCES}, got {source!r}")
     values = {"k": k, "solved": solved, "valid_trials": valid_trials, "band_lo": band[0],
-              "band_hi": band[1], "in_band": in_band, "updated_at": utcnow()}
+              "band_hi": band[1], "in_band": in_band, "errors": errors,
+              "sampling": dict(sampling) if sampling is not None else None, "updated_at": utcnow()}
     key = {"task_id": task_id, "solver_id": solver_id, "source": source}
-    inserted = insert_ignore(sess, Label, [{**key, **values}], list(key))
+    values_new = {**key, **_name_version(solver_id), **values}
+    inserted = insert_ignore(sess, Label, [values_new], list(key))
     if not inserted:
         sess.execute(update(Label).where(*[getattr(Label, c) == v for c, v in key.items()]).values(**values))
 

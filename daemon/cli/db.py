@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
@@ -68,6 +70,7 @@ def status_command(ctx: click.Context) -> None:
         with store.session() as sess:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
+            frontier = _frontier(sess, cfg.run_name)
     finally:
         store.dispose()
     console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "
@@ -81,3 +84,29 @@ def status_command(ctx: click.Context) -> None:
     console.print(table)
     queue = ", ".join(f"{k}={v}" for k, v in sorted(depths.items())) or "empty"
     console.print(f"queue  {queue}", highlight=False)
+    _print_frontier(frontier)
+
+
+def _frontier(sess: Any, run_name: str) -> dict[str, Any]:
+    from sqlalchemy import select
+
+    from curriculum.frontier_view import frontier_summary
+    from curriculum.store.models import Run
+
+    return frontier_summary(sess, sess.scalars(select(Run.id).where(Run.name == run_name)).first())
+
+
+def _print_frontier(summary: dict[str, Any]) -> None:
+    """Per solver version: labels and in-band rates (spot-checks, trainer outcomes), drift; the champion."""
+    from daemon.http import frontier_panel
+
+    console.print(frontier_panel.champion_line(summary), highlight=False)
+    body = frontier_panel.rows(summary)
+    if not body:
+        return
+    table = Table(title="solver versions (* current)", show_header=True)
+    for h in frontier_panel.HEADERS:
+        table.add_column(h, justify="left" if h in ("solver", "version") else "right")
+    for row in body:
+        table.add_row(*row)
+    console.print(table)

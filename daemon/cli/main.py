@@ -136,6 +136,7 @@ def _register_commands() -> None:
     from daemon.cli.bootstrap import bootstrap
     from daemon.cli.db import db_group, status_command
     from daemon.cli.run import check_command, run_command, serve_command
+    from daemon.cli.solver import solver_group
     from daemon.cli.swe import swe
     from daemon.cli.tasks import tasks_group
     from daemon.cli.tasks_io import import_command  # noqa: F401  (adds import/export to the tasks group)
@@ -152,6 +153,7 @@ def _register_commands() -> None:
     cli.add_command(check_command)
     cli.add_command(serve_command)
     cli.add_command(tasks_group)
+    cli.add_command(solver_group)
     cli.add_command(swe)
 
 

@@ -97,7 +97,9 @@ def read_outcomes(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 if missing:
                     raise ValueError(f"missing {', '.join(missing)}")
                 rows.append((lineno, {"id": int(row["id"]), "solved": int(row["solved"]), "n": int(row["n"]),
-                                      "solver": str(row["solver"]), "lease_token": str(row["lease_token"])}))
+                                      "solver": str(row["solver"]), "lease_token": str(row["lease_token"]),
+                                      "errors": int(row.get("errors", 0)), "version": row.get("version"),
+                                      "version_order": row.get("version_order"), "sampling": row.get("sampling")}))
             except (ValueError, TypeError) as err:
                 errors.append(f"{path}:{lineno}: bad outcome row ({err}); need {', '.join(need)}")
     if errors:
@@ -115,7 +117,8 @@ def read_outcomes(path: Path) -> list[tuple[int, dict[str, Any]]]:
 @click.pass_context
 def ack(ctx: click.Context, outcomes: Path, url: str | None) -> None:
     """Ack outcomes from a JSONL file of {"id", "solved", "n", "solver", "lease_token"} (as `pull` wrote
-    the token), in batches; a refused row is reported by line number with the reason."""
+    the token) plus optional "errors", "version", "version_order", "sampling", in batches; a refused
+    row is reported by line number with the reason."""
     from propel_sdk.client import Ack
 
     rows = read_outcomes(outcomes)
@@ -123,8 +126,8 @@ def ack(ctx: click.Context, outcomes: Path, url: str | None) -> None:
     with api_client(ctx, url) as client:
         for i in range(0, len(rows), ACK_BATCH):
             chunk = rows[i:i + ACK_BATCH]
-            statuses = client.ack_many([Ack(r["id"], r["solved"], r["n"], r["solver"], r["lease_token"])
-                                        for _, r in chunk])
+            statuses = client.ack_many([Ack(r["id"], r["solved"], r["n"], r["solver"], r["lease_token"], r["errors"],
+                                            r["version"], r["version_order"], r["sampling"]) for _, r in chunk])
             for lineno, r in chunk:
                 st = statuses[r["id"]]
                 counts[st] = counts.get(st, 0) + 1

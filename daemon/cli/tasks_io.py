@@ -120,7 +120,7 @@ def import_command(ctx: click.Context, file: Path, run_name: str | None, create_
                f"{dropped} duplicate line(s) in {file.name}")
 
 
-STATES = click.Choice(["ready", "leased", "acked", "dead"])
+STATES = click.Choice(["ready", "leased", "acked", "dead", "stale"])
 
 
 @tasks_group.command("export")

@@ -2,8 +2,9 @@
 
 Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_TOKEN`` when a token
 is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
-JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) —
-fresh labels for later probe retraining.
+JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) of
+the solver version that made them; they feed probe retraining, calibration and drift like
+spot-check labels (:mod:`curriculum.frontier_labels`). ``/v1/solvers/...`` announces versions.
 """
 
 from __future__ import annotations
@@ -19,37 +20,26 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Respo
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from curriculum import frontier_labels, solver_versions
 from curriculum.store import queue
-from curriculum.store.db import Store, StoreError, insert_ignore
-from curriculum.store.models import Label, Run, utcnow
+from curriculum.store.db import Store, StoreError
+from curriculum.store.models import Run
 from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
+from daemon.http.fields import Text, VersionText
 from daemon.http.run_status import daemon_status, live_problems
+from daemon.http.solvers import solver_routes
 from probes.band import Band
 
-QueueState = Literal["ready", "leased", "acked", "dead"]
+QueueState = Literal["ready", "leased", "acked", "dead", "stale"]
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
-
-
-def _printable(value: str) -> str:
-    """Reject NUL bytes and lone surrogates (PostgreSQL cannot store them): a 422, not a 500."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL bytes")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid UTF-8 text") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(_printable)]
 
 ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
 
@@ -65,6 +55,11 @@ class ApiContext:
     heartbeat_stale_s: float = 300.0
     max_body_bytes: int = 1_048_576
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    min_valid_trials: int = 6
+
+    def label_band(self) -> Band:
+        """The run's band rule for trainer outcomes (``min_valid_trials`` capped at ``k``)."""
+        return Band(self.k, self.band[0], self.band[1], min(self.min_valid_trials, self.k))
     refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
@@ -124,20 +119,55 @@ LeaseToken = Annotated[Text, Field(min_length=1, max_length=64,
                                    description="the lease_token from the lease answer (required)")]
 
 
-class AckRequest(BaseModel):
-    """A trainer's outcome for one leased task (the fields every ack carries)."""
+class SamplingSettings(BaseModel):
+    """The trainer's sampling settings for its attempts (recorded with the label when given)."""
 
     model_config = ConfigDict(extra="forbid")
-    solved: int = Field(ge=0, description="attempts of the trainer's solver that solved the task")
+    temperature: float | None = Field(default=None, ge=0, le=100)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+class AckRequest(BaseModel):
+    """A trainer's outcome for one task. The single definition of an outcome: the batched ack reuses it.
+
+    ``solver`` is a name with ``version`` given separately, or (older trainers) ``name@version``.
+    ``errors`` are attempts that failed for infrastructure reasons: excluded from the count.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    solved: int = Field(ge=0, le=10_000, description="attempts of the trainer's solver that solved the task")
     n: int = Field(ge=1, le=10_000, description="attempts made")
-    solver: Text = Field(min_length=1, max_length=256, description="id of the solver that attempted it")
+    errors: int = Field(default=0, ge=0, le=10_000, description="attempts lost to infrastructure failures "
+                        "(timeouts, server errors): excluded from the count, never counted as failures")
+    solver: Text = Field(min_length=1, max_length=256,
+                         description="solver name (or name@version when version is not given)")
+    version: VersionText | None = Field(default=None, description="the solver version that made the attempts "
+                                        "(a checkpoint step such as 1200 or step-1200, or an announced string)")
+    version_order: int | None = Field(default=None, ge=0, le=2**53, description="order of a version string "
+                                      "with no step number (higher = newer); not needed once it was announced")
+    sampling: SamplingSettings | None = Field(default=None, description="the trainer's sampling settings")
     lease_token: LeaseToken
 
     @model_validator(mode="after")
-    def _solved_le_n(self) -> AckRequest:
-        if self.solved > self.n:
-            raise ValueError("solved cannot exceed n")
+    def _counts(self) -> AckRequest:
+        if self.errors > self.n:
+            raise ValueError(f"errors ({self.errors}) cannot exceed n ({self.n})")
+        if self.solved + self.errors > self.n:
+            raise ValueError(f"solved + errors ({self.solved} + {self.errors}) cannot exceed n ({self.n})")
+        if self.version is not None and "@" in self.solver:
+            raise ValueError("solver must be a bare name (no '@') when version is given")
+        if self.version is None and self.version_order is not None:
+            raise ValueError("version_order needs version")
         return self
+
+    def solver_version(self) -> tuple[str, str]:
+        """(name, version) of the solver that made the attempts."""
+        if self.version is not None:
+            return self.solver, self.version
+        return solver_versions.split_solver_id(self.solver)
 
 
 class AckItem(AckRequest):
@@ -234,6 +264,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     _queue_routes(app)
     _export_route(app)
     _status_routes(app)
+    solver_routes(app, Auth)
     try:
         from daemon.http.dashboard import router as dashboard_router
     except ModuleNotFoundError as err:  # the dashboard is optional at import time only in partial checkouts
@@ -284,7 +315,10 @@ def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
     def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
         """Record the trainer's outcome: ``acked``, ``late`` (after ``lease_until``, nobody else had the
-        task) or ``already_acked`` (idempotent); 409 when the lease was lost, 404 for an unknown task."""
+        task) or ``already_acked`` (idempotent); 409 when the lease was lost, 404 for an unknown task.
+
+        The outcome becomes a ``consumer`` label of the solver version (registered on first sight).
+        """
         status = _ack(ctx, [(task_id, body)])[task_id]
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
@@ -313,6 +347,20 @@ def _queue_routes(app: FastAPI) -> None:
         if not status.accepted:
             raise HTTPException(ACK_HTTP.get(status, 409), status.value)
         return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
+
+
+def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
+    """Register the ack's solver version (a lower one stays a late outcome, never current) and store
+    the outcome as a ``consumer`` label; a version that cannot be ordered is a 422 (nothing is stored:
+    the caller's transaction rolls back)."""
+    name, version = body.solver_version()
+    try:
+        solver_versions.ensure_registered(s, name, version, body.version_order, source="ack")
+    except solver_versions.VersionError as err:
+        raise HTTPException(422, f"version: {err}") from None
+    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
+    frontier_labels.record_trainer_outcome(s, task_id, name, version, solved=body.solved, n=body.n,
+                                           errors=body.errors, band=ctx.label_band(), sampling=sampling)
 
 
 def _export_route(app: FastAPI) -> None:
@@ -354,7 +402,8 @@ def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:
 def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queue.AckStatus]:
     """Ack outcomes of this API's run and store each accepted one as a ``consumer`` label, in one
     transaction (an outcome and its label are written together or not at all)."""
-    outcomes = [queue.Outcome(tid, b.lease_token, b.solved, b.n, b.solver) for tid, b in items]
+    outcomes = [queue.Outcome(tid, b.lease_token, b.solved, b.n, solver_versions.qualified_id(*b.solver_version()))
+                for tid, b in items]
     with ctx.store.session() as s:
         run_id = ctx.resolve_run(s)
         if run_id is None:
@@ -365,14 +414,10 @@ def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queu
 
 
 def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
-    """One label per accepted ack (source ``consumer``), in one statement. The queue accepts one
-    outcome per task, so each (task, solver, consumer) label is written once."""
-    lo, hi = ctx.band
-    band, now = Band(ctx.k, lo, hi), utcnow()
-    rows = [{"task_id": tid, "solver_id": b.solver, "source": "consumer", "k": b.n, "solved": b.solved,
-             "valid_trials": b.n, "band_lo": lo, "band_hi": hi,
-             "in_band": band.in_band(b.solved, b.n), "updated_at": now} for tid, b in items]
-    insert_ignore(s, Label, rows, ["task_id", "solver_id", "source"])
+    """One ``consumer`` label per accepted ack, of the solver version that made it. The queue accepts
+    one outcome per task, so each label is written once."""
+    for tid, body in items:
+        store_outcome(s, ctx, tid, body)
 
 
 def _status_routes(app: FastAPI) -> None:
@@ -391,7 +436,7 @@ def _status_routes(app: FastAPI) -> None:
         """200 when the store answers, the daemon's heartbeat is fresh and a leader holds the run; else 503
         with the reasons. Degraded reasons are listed but do not fail the check (the daemon is alive)."""
         try:
-            info = daemon_status(ctx.store, ctx.run_name)
+            info = daemon_status(ctx.store, ctx.run_name, frontier=False)
         except (SQLAlchemyError, StoreError) as err:  # the store is down: that is the answer, not a 500
             reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
             return JSONResponse({"ok": False, "problems": [f"store unreachable: {reason}"]}, status_code=503)

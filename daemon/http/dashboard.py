@@ -32,9 +32,11 @@ from matplotlib.figure import Figure
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from curriculum.frontier_view import frontier_summary
 from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
 from daemon.config import mask_secrets, mask_url
+from daemon.http import frontier_panel
 from daemon.http.dashboard_status import STATUS_CSS, StatusPanel, collect_status, render_status, status_json
 from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule
 from daemon.ops.metrics import QUEUE_STATES
@@ -83,6 +85,7 @@ class DashboardData:
     queue: dict[str, int] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
     spotcheck: list[dict[str, int]] = field(default_factory=list)
+    frontier: dict[str, Any] = field(default_factory=dict)  # per solver version: labels, drift, champion
     status: StatusPanel = field(default_factory=StatusPanel)
 
     @property
@@ -107,6 +110,7 @@ def collect(store: Store, run_name: str, stale_s: float = 30.0, budget_per_hour:
         data.probes = [_probe_dict(p) for p in sess.scalars(select(ProbeRow).where(ProbeRow.run_id == data.run_id)
                                                             .order_by(ProbeRow.created_at))]
         data.spotcheck = _spotcheck_by_cycle(sess, data.run_id)
+        data.frontier = frontier_summary(sess, data.run_id)
     data.status = collect_status(store, run_name, stale_s, budget_per_hour, data.history)
     return data
 
@@ -137,7 +141,7 @@ def data_json(data: DashboardData) -> dict[str, Any]:
         "last_cycle": data.last_cycle, "cycles": sorted(data.history),
         "metrics": {n: [[c, v[n]] for c, v in sorted(data.history.items()) if n in v] for n in names},
         "alerts": [asdict(a) for a in data.alerts], "queue": data.queue, "probes": data.probes,
-        "spotcheck": data.spotcheck, "status": status_json(data.status),
+        "spotcheck": data.spotcheck, "frontier": data.frontier, "status": status_json(data.status),
     }
 
 
@@ -322,6 +326,7 @@ def render_page(data: DashboardData, rules: Sequence[AlertRule]) -> str:
         parts.append(_figure(f"metrics-{key}", title, metrics_svg(data, names, rules)))
     parts.append(_figure("queue", "Queue depth", queue_svg(data)))
     parts.append(_figure("spotcheck", "Spot-check outcomes", spotcheck_svg(data)))
+    parts.append(frontier_panel.section_html(data.frontier))
     parts.append(_figure("probes", "Probe versions", probes_svg(data)).replace("</section>", _probe_tables(data)
                                                                                   + "</section>"))
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -34,7 +34,7 @@ class StatusPanel:
 def collect_status(store: Store, run_name: str, stale_s: float, budget_per_hour: int | None,
                    history: dict[int, dict[str, float]]) -> StatusPanel:
     try:
-        info = daemon_status(store, run_name)
+        info = daemon_status(store, run_name, frontier=False)  # the page has its own frontier section
     except Exception as err:  # the page still renders, saying so
         return StatusPanel(error="store unreachable: " + mask_secrets(str(err).splitlines()[0][:200] if str(err)
                                                                       else repr(err)))

@@ -5,14 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from curriculum.frontier_view import frontier_summary
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
 from daemon.loop import health
 
 
-def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
-    """What ``/v1/status`` and ``propel status`` report for a run (queue depths of that run only)."""
+def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
+    """What ``/v1/status`` and ``propel status`` report for a run (queue depths of that run only;
+    ``frontier``: the per-solver-version view, which reads the run's labels — health checks skip it)."""
     from sqlalchemy import select
 
     with store.session() as s:
@@ -21,6 +23,7 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         depths = repo.queue_depths(s, run_id) if run_id else {}
         active = repo.active_probes(s, run_id) if run_id else []
         probes = [{"id": p.id, "name": p.name, "role": p.role} for p in active]
+        versions = frontier_summary(s, run_id) if frontier else None
     beat = _aware(state.heartbeat_at) if state and state.heartbeat_at else None
     lease_until = _aware(state.lease_until) if state and state.lease_until else None
     counters = dict(state.counters) if state else {}
@@ -30,6 +33,7 @@ def daemon_status(store: Store, run_name: str) -> dict[str, Any]:
         "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
         "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
         "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
+        **({"frontier": versions} if frontier else {}),
     }
 
 

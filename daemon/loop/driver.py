@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,6 +40,7 @@ from curriculum.store.models import (
     TaskRow,
 )
 from daemon.loop import health
+from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.state import DriverState, PendingCheck, load_state
@@ -69,6 +70,7 @@ class DriverSettings:
     reference_model: str = ""
     probe_arch: str = "mlp"
     retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
+    frontier: FrontierSettings = field(default_factory=FrontierSettings)  # solver versions, drift, refresh
     spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
     spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
     worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
@@ -119,6 +121,11 @@ class Driver:
         self.hooks = hooks or DriverHooks()
         self.should_stop = should_stop
         self.metrics, self.clock, self.timer = metrics, clock, timer
+
+    @property
+    def frontier(self) -> FrontierTracker:
+        """Versions, drift and refresh of the spot-checker's solver (its ``solver_id`` is the solver's name)."""
+        return FrontierTracker(self.store, self.run_id, self.spot.solver_id, self.s.frontier, self.s.band, self.s.seed)
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> tuple[str, int, DriverState]:
@@ -177,6 +184,7 @@ class Driver:
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, state: DriverState) -> dict[str, float]:
         retrained = self._collect_retrain(state)  # an aux probe a worker finished constrains this chunk
+        retrained |= collect_refresh(self, state)  # so does a promoted challenger primary
         stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, state.kl_factor)
         state.kl_factor = 1.0  # a raise_kl mitigation applies to one chunk
         self._record(cycle, {**{f"rl_{k}": v for k, v in stats.items()}, **retrained})
@@ -233,15 +241,19 @@ class Driver:
     def _phase_spotcheck(self, cycle: int, state: DriverState) -> dict[str, float]:
         values = self._harvest(state)
         again, expired = self._expire_spotchecks(state)
-        chosen, used = self._choose_spotchecks(cycle, state)
+        sid = self.frontier.serving_id()  # name@current version, read per dispatch
+        chosen, remeasure, used = self._choose_spotchecks(cycle, state, sid)
         now = self.clock()
-        state.spotcheck_pending.update({t: PendingCheck(dispatched_at=now) for t in chosen})
+        state.spotcheck_pending.update({t: PendingCheck(dispatched_at=now, solver_id=sid) for t in chosen})
         self._save("spotcheck", cycle, state)  # record the dispatch before it happens: a crash re-harvests
         retry = [t for t in state.spotcheck_undispatched if t in state.spotcheck_pending]
         self._dispatch_spotchecks(sorted(set(chosen) | set(again) | set(retry)), state)
         values = merge_harvests(values, self._harvest(state))  # in-process checks are done already
         values |= expired
+        values |= self.frontier.observe_drift(cycle)
         values["spotcheck_dispatched"] = float(len(chosen))
+        values["drift_remeasured"] = float(len(remeasure))
+        state.totals.drift_remeasured += len(remeasure)
         self._spotcheck_health(used + len(chosen), state)
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
         values["solver_trials"] = float(self._count_trials(state))
@@ -251,26 +263,37 @@ class Driver:
         self._advance("spotcheck", cycle, state)
         return values
 
-    def _choose_spotchecks(self, cycle: int, state: DriverState) -> tuple[list[int], int]:
-        """This cycle's valid, untried tasks within budget (probe-high first); and trials used this hour."""
+    def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
+        """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
+        re-measurements (part of the chosen ones); and trials used this hour."""
         with self.store.session() as s:
-            tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id,
-                                                      SolverTrial.solver_id == self.spot.solver_id)
+            tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
             rows = s.execute(
                 select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
         budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
+        remeasure = self.frontier.plan_drift(cycle, state, budget)  # a new version: re-measure labelled tasks
         scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in state.spotcheck_pending]
-        return select_candidates(scored, budget, self.s.probe_high_share, self.s.frontier_threshold,
-                                 seed=self.s.seed * 7919 + cycle), used
+        chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
+                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
+        """Send each check to the version it was chosen for (an unversioned one keeps the old call)."""
         if not task_ids:
             return
+        by_sid: dict[str | None, list[int]] = {}
+        for t in task_ids:
+            check = state.spotcheck_pending.get(t)
+            by_sid.setdefault(check.solver_id if check else None, []).append(t)
         try:
-            self.spot.dispatch(task_ids, self.s.band.k)
+            for sid, ids in by_sid.items():
+                if sid is None or sid == self.spot.solver_id:
+                    self.spot.dispatch(ids, self.s.band.k)
+                else:
+                    self.spot.dispatch(ids, self.s.band.k, solver_id=sid)
             state.spotcheck_undispatched = []
         except DispatchError as err:  # broker down: RL goes on, dispatch is retried next cycle
             log.warning("%s", err)
@@ -284,7 +307,8 @@ class Driver:
             if (now - check.dispatched_at).total_seconds() < self.s.spotcheck_deadline_s:
                 continue
             if check.redispatches < self.s.spotcheck_redispatches:
-                state.spotcheck_pending[task_id] = PendingCheck(dispatched_at=now, redispatches=check.redispatches + 1)
+                state.spotcheck_pending[task_id] = PendingCheck(dispatched_at=now, redispatches=check.redispatches + 1,
+                                                                solver_id=check.solver_id)
                 again.append(task_id)
             else:
                 del state.spotcheck_pending[task_id]
@@ -309,7 +333,11 @@ class Driver:
         pending = list(state.spotcheck_pending)
         if not pending:
             return {}
-        labels = harvest_labels(self.store, pending, self.spot.solver_id, self.s.band)
+        by_sid: dict[str, list[int]] = {}
+        for t in pending:  # each task is harvested under the version it was dispatched against
+            by_sid.setdefault(state.spotcheck_pending[t].solver_id or self.spot.solver_id, []).append(t)
+        labels = {t: lab for sid, ids in by_sid.items()
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
@@ -346,6 +374,7 @@ class Driver:
                 self._save("retrain", cycle, state)
                 if self._submit_retrain(spec, state):
                     values |= self._collect_retrain(state)  # in-process: finished already
+        values |= collect_refresh(self, state) | start_refresh(self, cycle, state)  # champion/challenger
         values.setdefault("retrained", 0.0)
         values["retrain_pending"] = float(state.retrain_job is not None)
         self._retrain_health(state)
@@ -364,7 +393,8 @@ class Driver:
             run_id=self.run_id, name=f"{self.s.run_name}-aux-c{cycle}", cycle=cycle, reference=ref.model,
             reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
             band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
-            arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle)
+            arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle,
+            solver=self.spot.solver_id, staleness=asdict(self.s.frontier.staleness))
 
     def _submit_retrain(self, spec: retrain.RetrainSpec, state: DriverState) -> bool:
         """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
@@ -456,7 +486,7 @@ class Driver:
             window = now - timedelta(hours=1)
             oldest, latest = s.execute(select(
                 func.min(case((SolverTrial.created_at >= window, SolverTrial.created_at))),
-                func.max(SolverTrial.created_at)).where(SolverTrial.solver_id == self.spot.solver_id)).one()
+                func.max(SolverTrial.created_at)).where(SolverTrial.solver_name == self.spot.solver_id)).one()
         self._health(state, {
             health.BUDGET: health.budget_exhausted(used, self.s.budget_per_hour, _aware(oldest)),
             health.WORKERS: health.workers_silent(len(state.spotcheck_pending), since, _aware(latest), now,
@@ -465,13 +495,15 @@ class Driver:
 
     def _phase_emit(self, cycle: int, state: DriverState) -> dict[str, float]:
         lo_cycle = cycle - self.s.emit_lookback_cycles + 1
+        sid = self.frontier.serving_id()  # only the current version's verdict counts (older ones are stale)
         with self.store.session() as s:
             rows = s.execute(
                 select(TaskRow, ProbeScore.probability, ProbeEnsembleRow.key.label("ensemble_key"), Label.in_band,
                        Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
                 .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
-                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck"), isouter=True)
+                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
+                      isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
             ready = queue.ready_count(s, self.run_id)

@@ -75,10 +75,11 @@ class Engine(Protocol):
 
 
 class SpotChecker(Protocol):
-    solver_id: str
+    solver_id: str  # the solver's name; the version spot-checks are recorded against comes from the store
 
-    def dispatch(self, task_ids: Sequence[int], k: int) -> None:
-        """Start spot-checks (in-process: run them now; distributed: send to Celery)."""
+    def dispatch(self, task_ids: Sequence[int], k: int, solver_id: str | None = None) -> None:
+        """Start spot-checks (in-process: run them now; distributed: send to Celery), recorded under
+        ``solver_id`` (``name@version``; default: :attr:`solver_id`, unversioned)."""
         ...
 
 

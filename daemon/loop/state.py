@@ -5,11 +5,14 @@ restarted daemon continues where it stopped. ``version`` says how to read a stor
 
 * version 1 (no ``version`` key): the untyped dict of the first daemon — ``spotcheck_pending`` a
   list of task ids, ``emitted_total``, ``fp_since_retrain`` (now counted from the
-  ``false_positives`` table) — converted by :func:`load_state`;
+  ``false_positives`` table), and the solver-version keys (``solver_version``, ``refresh_*``,
+  ``champion``, ``spotcheck_pending_sid`` → each pending check's ``solver_id``) — converted by
+  :func:`load_state`;
 * version 2: this model.
 
 ``totals`` are the run's monotonic counts (tasks emitted, solver trials, aux retrains activated,
-spot-checks re-dispatched and abandoned). They change only in a phase whose state is saved after its
+spot-checks re-dispatched and abandoned, primary refreshes promoted, stale tasks retired, drift
+re-measurements). They change only in a phase whose state is saved after its
 own writes (the emit phase in the same transaction as its queue rows), so a phase re-run after a
 crash counts once; the Prometheus counters are exported from them.
 """
@@ -31,6 +34,7 @@ class PendingCheck(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dispatched_at: datetime
     redispatches: int = 0
+    solver_id: str | None = None  # name@version the check was dispatched against (None: the unversioned solver)
 
 
 class Totals(BaseModel):
@@ -42,6 +46,18 @@ class Totals(BaseModel):
     retrains: int = 0
     spotchecks_redispatched: int = 0
     spotchecks_abandoned: int = 0
+    primary_refreshes: int = 0
+    stale_retired: int = 0
+    drift_remeasured: int = 0
+
+
+class Champion(BaseModel):
+    """The challenger primary probe promoted last (``propel status``: "champion primary probe: … since …")."""
+
+    model_config = ConfigDict(extra="forbid")
+    probe: str
+    cycle: int
+    at: datetime
 
 
 class DriverState(BaseModel):
@@ -63,6 +79,14 @@ class DriverState(BaseModel):
                                                 "(daemon.loop.health)")
     retrain_failures: int = Field(0, ge=0, description="retrain jobs failed in a row")
     retrain_last_error: str | None = None
+    solver_version: str | None = Field(None, description="the solver version spot-checks last ran on (a change "
+                                       "opens a drift measurement)")
+    refresh_job: str | None = None  # the pending champion/challenger primary refresh
+    refresh_undispatched: bool = False
+    refresh_drift_seen: list[int] = Field(default_factory=list, description="drift measurements that already "
+                                          "triggered a refresh")
+    refresh_labels_at: int = Field(0, ge=0, description="usable labels at the last refresh")
+    champion: Champion | None = None
 
     def stored(self) -> dict[str, Any]:
         """The JSON written to ``daemon_state.counters``."""
@@ -90,9 +114,13 @@ def load_state(stored: Mapping[str, Any], now: datetime) -> DriverState:
 
 def _from_v1(old: dict[str, Any], now: datetime) -> dict[str, Any]:
     keep = ("kl_factor", "force_retrain", "dominant_topic", "paused_topics", "paused_by", "spotcheck_undispatched",
-            "retrain_job", "retrain_undispatched", "degraded", "retrain_failures", "retrain_last_error")
+            "retrain_job", "retrain_undispatched", "degraded", "retrain_failures", "retrain_last_error",
+            "solver_version", "refresh_job", "refresh_undispatched", "refresh_drift_seen", "refresh_labels_at",
+            "champion")
     new: dict[str, Any] = {k: old[k] for k in keep if k in old}
-    new["spotcheck_pending"] = {int(t): {"dispatched_at": now} for t in old.get("spotcheck_pending", [])}
+    sids = old.get("spotcheck_pending_sid", {})  # frontier rows: the version each pending check was sent to
+    new["spotcheck_pending"] = {int(t): {"dispatched_at": now, "solver_id": sids.get(str(t))}
+                                for t in old.get("spotcheck_pending", [])}
     new["totals"] = {"emitted": int(old.get("emitted_total", 0))}
     new["version"] = STATE_VERSION
     return new

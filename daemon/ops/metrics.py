@@ -3,9 +3,21 @@
 Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``, ``_ratio`` for
 0–1 values). The driver exports three kinds of values, each from the place that holds the truth:
 
-* **gauges** — the values a phase records in the ``metrics`` table (:func:`export_gauges`):
+* **gauges** — the values a phase records in the ``metrics`` table (:func:`export_gauges`), e.g.
+  ``self_bleu3`` → ``propel_self_bleu3_ratio``, ``retrain_pending`` → ``propel_retrain_pending``,
+  ``drift_score`` → ``propel_drift_score_ratio`` (latest drift measurement of the solver's newest
+  version); see :data:`GAUGES`;
+* **totals** — the run's monotonic counts kept in ``DriverState.totals`` (:func:`export_totals`):
+  ``propel_tasks_emitted_total``, ``propel_solver_trials_total``, ``propel_aux_retrains_total``,
+  ``propel_primary_refreshes_total`` (challengers promoted), ``propel_stale_tasks_total`` (ready
+  tasks retired as stale), ``propel_drift_remeasured_total`` (tasks re-measured on a new solver
+  version), …; see :data:`TOTALS`;
+* **queue depths** — ``propel_queue_depth{state}`` for ready, leased, acked, dead and stale rows
+  (:func:`export_queue_depths`).
 
-  =======================  ========================================"""
+Plus ``propel_cycle``, ``propel_alerts_fired_total{rule,severity}``, ``propel_alert_active{rule,severity}``,
+``propel_degraded{reason}`` and the histogram ``propel_phase_duration_seconds{phase}``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +26,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-QUEUE_STATES = ("ready", "leased", "acked", "dead")
+QUEUE_STATES = ("ready", "leased", "acked", "dead", "stale")
 
 GAUGES: dict[str, tuple[str, str]] = {
     "self_bleu3": ("propel_self_bleu3_ratio", "Self-BLEU-3 of a fixed-size sample of this cycle's tasks"),
@@ -28,6 +40,8 @@ GAUGES: dict[str, tuple[str, str]] = {
     "spotcheck_utility": ("propel_spotcheck_utility_ratio", "Spot-checked tasks (all) that were in band"),
     "solver_budget_used": ("propel_solver_budget_used_ratio", "Spot-check solver budget used this hour"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
+    "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
+                    "solver's newest version (latest drift measurement)"),
 }
 TOTALS: dict[str, tuple[str, str]] = {
     "emitted": ("propel_tasks_emitted", "Tasks emitted to the downstream queue"),
@@ -36,9 +50,13 @@ TOTALS: dict[str, tuple[str, str]] = {
     "spotchecks_redispatched": ("propel_spotchecks_redispatched", "Spot-checks sent again after their deadline"),
     "spotchecks_abandoned": ("propel_spotchecks_abandoned", "Spot-checks given up after their last deadline"),
     "cycles": ("propel_cycles", "Daemon cycles completed"),
+    "primary_refreshes": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
+    "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
+    "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
 }
 QUEUE_METRIC = "queue_ready"
-PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned")
+PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned",
+                                     "primary_refreshed", "stale_retired", "drift_remeasured")
 METRIC_TABLE_NAMES: tuple[str, ...] = (*GAUGES, QUEUE_METRIC, *PER_PHASE_COUNTS)
 PHASES = ("rl", "sample", "spotcheck", "retrain", "emit")
 

@@ -17,7 +17,8 @@ def build_api_app(cfg: PropelConfig, store: Store, metrics: PropelMetrics,
     sc = cfg.spotcheck
     ctx = ApiContext(store=store, run_name=cfg.run_name, token=cfg.api.token, registry=metrics.registry,
                      max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
-                     heartbeat_stale_s=cfg.daemon.heartbeat_stale_s, max_body_bytes=cfg.api.max_body_bytes,
+                     min_valid_trials=sc.min_valid_trials, heartbeat_stale_s=cfg.daemon.heartbeat_stale_s,
+                     max_body_bytes=cfg.api.max_body_bytes,
                      refresh_metrics=refresh_metrics)
     app = create_app(ctx)
     app.state.alert_rules = cfg.alerts.rules

@@ -7,7 +7,7 @@ from threading import Event
 from typing import TYPE_CHECKING, Any
 
 from curriculum.store.db import Store
-from daemon.config import PropelConfig, mask_url
+from daemon.config import ConfigError, PropelConfig, mask_url
 from daemon.loop import health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
@@ -28,16 +28,30 @@ def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
     """In-process spot-checks without a broker; Celery with one."""
     from daemon.service.spot import CelerySpotChecker, InProcessSpotChecker
 
+    solver = build_configured_solver(cfg)
+    name = cfg.solver.name or solver.solver_id
+    register_configured_version(cfg, store, name)
     if cfg.broker.embedded:
-        return InProcessSpotChecker(store, engine.domain, build_configured_solver(cfg), sampling(cfg))
+        return InProcessSpotChecker(store, engine.domain, solver, sampling(cfg), solver_name=name)
     from workers import runtime
     from workers.app import configure_app
 
     settings = worker_settings(cfg)
     runtime.configure(settings)
     configure_app(settings)
-    solver_id = build_configured_solver(cfg).solver_id
-    return CelerySpotChecker(solver_id, cfg.run_name, cfg.broker.spotcheck_batch_size)
+    return CelerySpotChecker(name, cfg.run_name, cfg.broker.spotcheck_batch_size)
+
+
+def register_configured_version(cfg: PropelConfig, store: Store, name: str) -> None:
+    """Register ``solver.version`` (what the endpoint serves at start). A version announced since
+    stays current when it is newer: a restart with an older config does not move spot-checks back."""
+    from curriculum import solver_versions
+
+    with store.session() as s:
+        try:
+            solver_versions.register(s, name, cfg.solver.version, cfg.solver.version_order, source="config")
+        except solver_versions.VersionError as err:
+            raise ConfigError("solver", [("solver.version", str(err))]) from None
 
 
 def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Retrainer:

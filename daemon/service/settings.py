@@ -13,9 +13,11 @@ from typing import Any
 from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.staleness import StalenessPolicy
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
+from daemon.loop.frontier import FrontierSettings
 from probes.band import Band
 from workers.runtime import WorkerSettings
 
@@ -28,6 +30,8 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
                           "artificial_latency_s": s.artificial_latency_s, "seed": cfg.seed}
     if s.backend == "openai":
         kw["options"] = {"endpoint": s.endpoint}
+    if s.backend == "synthetic" and s.synthetic_skill_by_version:
+        kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
     return kw
 
 
@@ -89,7 +93,24 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         probe_arch=cfg.probes.architecture,
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
         spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
-        worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s)
+        worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
+        frontier=frontier_settings(cfg))
+
+
+def staleness_policy(cfg: PropelConfig) -> StalenessPolicy:
+    """How labels of older solver versions count (``frontier.staleness`` …)."""
+    f = cfg.frontier
+    return StalenessPolicy(mode=f.staleness, keep_versions=f.keep_versions, half_life_versions=f.half_life_versions,
+                           min_weight=f.min_weight)
+
+
+def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
+    """Staleness, drift re-measurement and primary-refresh settings of the driver."""
+    f = cfg.frontier
+    return FrontierSettings(
+        staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
+        refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
+        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels)
 
 
 def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:

@@ -20,15 +20,18 @@ log = logging.getLogger("propel.spot")
 
 
 class InProcessSpotChecker:
-    """Embedded mode: attempts happen now, in this process."""
+    """Embedded mode: attempts happen now, in this process. ``solver_name`` (default: the backend's id)
+    is the name trainers ack and announce the solver under."""
 
-    def __init__(self, store: Store, domain: Domain, solver: SolverBackend, sampling: Sampling) -> None:
+    def __init__(self, store: Store, domain: Domain, solver: SolverBackend, sampling: Sampling,
+                 solver_name: str | None = None) -> None:
         self.store, self.domain, self.solver, self.sampling = store, domain, solver, sampling
-        self.solver_id = solver.solver_id
+        self.solver_id = solver_name or solver.solver_id
         self.trials_written = 0
 
-    def dispatch(self, task_ids: Sequence[int], k: int) -> None:
-        res = run_spotcheck(self.store, self.domain, self.solver, task_ids, k, self.sampling)
+    def dispatch(self, task_ids: Sequence[int], k: int, solver_id: str | None = None) -> None:
+        res = run_spotcheck(self.store, self.domain, self.solver, task_ids, k, self.sampling,
+                            solver_id=solver_id or self.solver_id)
         self.trials_written += res.trials_written
 
 
@@ -38,12 +41,12 @@ class CelerySpotChecker:
     def __init__(self, solver_id: str, run_name: str, batch_size: int) -> None:
         self.solver_id, self.run_name, self.batch_size = solver_id, run_name, batch_size
 
-    def dispatch(self, task_ids: Sequence[int], k: int) -> None:
+    def dispatch(self, task_ids: Sequence[int], k: int, solver_id: str | None = None) -> None:
         from kombu.exceptions import OperationalError
 
         from workers.tasks import dispatch_spotchecks
 
         try:
-            dispatch_spotchecks(task_ids, k, self.solver_id, self.run_name, self.batch_size)
+            dispatch_spotchecks(task_ids, k, solver_id or self.solver_id, self.run_name, self.batch_size)
         except (OperationalError, ConnectionError, OSError) as err:
             raise DispatchError(f"broker unreachable, {len(task_ids)} spot-checks deferred: {err}") from err

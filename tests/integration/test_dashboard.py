@@ -128,11 +128,16 @@ def test_dashboard_data_json(dashboard_url: str) -> None:
     assert data["run"] == "demo" and data["run_found"] and data["last_cycle"] == 15
     assert data["metrics"]["top_topic_share"][6] == [6, 0.75]
     assert {a["rule"] for a in data["alerts"]} >= {"topic_collapse", "topic_flooding"}
-    assert data["queue"] == {"ready": 32, "leased": 0, "acked": 0, "dead": 0}
+    assert data["queue"] == {"ready": 32, "leased": 0, "acked": 0, "dead": 0, "stale": 0}
     assert [p["name"] for p in data["probes"]] == ["probe-primary-0", "probe-aux-1", "probe-aux-2"]
     assert data["spotcheck"][0] == {"cycle": 0, "in_band": 2, "out_of_band": 1, "undetermined": 1}
+    [version] = data["frontier"]["versions"]  # one solver, unversioned: its spot-check labels and rate
+    assert (version["solver"], version["version"], version["trainer_labels"]) == ("synthetic", "", 0)
+    assert version["spotcheck_labels"] > 0 and 0 <= version["spotcheck_in_band_rate"] <= 1
+    assert data["frontier"]["champion"]["probe"] == "probe-primary-0"
     page = httpx.get(f"{dashboard_url}/dashboard", timeout=30)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'id="frontier"' in page.text and "champion primary probe: probe-primary-0" in page.text
 
 
 def test_page_is_re_rendered_only_when_data_changes(dashboard_url: str, sqlite_store: Store) -> None:

@@ -189,3 +189,83 @@ def test_0008_fills_queue_selection_columns_and_round_trips(db: str, tmp_path: P
     assert [tuple(r) for r in rows] == [(1, "arith", 0.75, "synthetic:x", "ready"), (2, "math", None, None, "acked")]
     assert [tuple(r) for r in kept] == [(1, "ready", "add:1"), (2, "acked", None)]
 
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0007_carries_trials_and_labels_over_with_versions(db: str, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
+    """Existing trials and labels get the name/version their solver id implies; downgrade keeps them."""
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0008")
+    store = Store(url)
+    ids = ("synthetic:arith(seed=0)", "policy@step-1200", "policy@v1.2.10")
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO tasks (id, domain, content_hash, text, payload, valid, created_at) "
+                              "VALUES (1, 'arith', 'h1', '1+1', '{}', true, CURRENT_TIMESTAMP)"))
+            for i, sid in enumerate(ids):
+                conn.execute(text("INSERT INTO solver_trials (task_id, solver_id, attempt, outcome, latency_s, "
+                                  "created_at) VALUES (1, :s, 0, 'pass', 0.1, CURRENT_TIMESTAMP)"), {"s": sid})
+                conn.execute(text("INSERT INTO labels (task_id, solver_id, source, k, solved, valid_trials, band_lo, "
+                                  "band_hi, in_band, updated_at) VALUES (1, :s, :src, 8, :n, 8, 1, 3, true, "
+                                  "CURRENT_TIMESTAMP)"), {"s": sid, "src": ("spotcheck", "consumer")[i % 2], "n": i})
+        upgrade(url)
+        with store.engine.connect() as conn:
+            trials = set(conn.execute(text("SELECT solver_id, solver_name, solver_version FROM solver_trials")).all())
+            labels = set(conn.execute(text("SELECT solver_id, solver_name, solver_version, errors, solved "
+                                           "FROM labels")).all())
+            versions = set(conn.execute(text("SELECT solver, version, ordinal, source FROM solver_versions")).all())
+        downgrade(url, "0008")
+        with store.engine.connect() as conn:
+            after_down = set(conn.execute(text("SELECT solver_id, solved FROM labels")).all())
+            trials_down = {r[0] for r in conn.execute(text("SELECT solver_id FROM solver_trials"))}
+        upgrade(url)
+        with store.engine.connect() as conn:
+            again = set(conn.execute(text("SELECT solver_id, solver_name, solver_version FROM solver_trials")).all())
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert trials == {("synthetic:arith(seed=0)", "synthetic:arith(seed=0)", ""),
+                      ("policy@step-1200", "policy", "step-1200"), ("policy@v1.2.10", "policy", "v1.2.10")}
+    by_id = sorted(trials, key=lambda t: ids.index(t[0]))
+    assert labels == {(sid, name, ver, 0, i) for i, (sid, name, ver) in enumerate(by_id)}
+    assert versions == {("synthetic:arith(seed=0)", "", -1, "migration"), ("policy", "step-1200", 1200, "migration"),
+                        ("policy", "v1.2.10", None, "migration")}
+    assert after_down == {(sid, i) for i, sid in enumerate(ids)} and trials_down == set(ids)
+    assert again == trials
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url)
+    store = Store(url)
+    insert = ("INSERT INTO queue (task_id, state, message, attempts, enqueued_at) "
+              "VALUES (:t, :s, '{}', 0, CURRENT_TIMESTAMP)")
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO tasks (id, domain, content_hash, text, payload, valid, created_at) VALUES "
+                              "(1, 'arith', 'h1', '1', '{}', true, CURRENT_TIMESTAMP), "
+                              "(2, 'arith', 'h2', '2', '{}', true, CURRENT_TIMESTAMP), "
+                              "(3, 'arith', 'h3', '3', '{}', true, CURRENT_TIMESTAMP)"))
+            conn.execute(text(insert), [{"t": 1, "s": "stale"}, {"t": 2, "s": "ready"}])
+        with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
+            conn.execute(text(insert), {"t": 3, "s": "bogus"})
+        downgrade(url, "0008")
+        with store.engine.connect() as conn:
+            states = dict(conn.execute(text("SELECT task_id, state FROM queue")).all())
+        with pytest.raises(Exception, match=r"(?i)check"), store.engine.begin() as conn:
+            conn.execute(text(insert), {"t": 3, "s": "stale"})
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert states == {1: "dead", 2: "ready"}

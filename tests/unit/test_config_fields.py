@@ -35,7 +35,9 @@ VALUES: dict[str, Any] = {
     "probes.members": 2, "probes.train_samples": 99, "probes.frontier_threshold": 0.6, "probes.ece_ceiling": 0.11,
     "solver.backend": "openai", "solver.base_url": "http://vllm:8000/v1", "solver.model": "m", "solver.timeout_s": 9.0,
     "solver.max_concurrency": 3, "solver.max_retries": 1, "solver.temperature": 0.7, "solver.max_tokens": 77,
-    "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01,
+    "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
+    "solver.version": "rc-final", "solver.version_order": 7,
+    "solver.synthetic_skill_by_version": {"step-2": 3.0},
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
@@ -51,7 +53,14 @@ VALUES: dict[str, Any] = {
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
     "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
     "daemon.shutdown_deadline_s": 7.0, "daemon.serve_api": False,
+    "frontier.staleness": "half_life", "frontier.keep_versions": 3, "frontier.half_life_versions": 2.0,
+    "frontier.min_weight": 0.1, "frontier.drift_budget_share": 0.5, "frontier.drift_per_stratum": 4,
+    "frontier.refresh_drift_threshold": 0.4, "frontier.refresh_every_labels": 50,
+    "frontier.refresh_holdout_share": 0.3, "frontier.refresh_min_labels": 40,
 }
+
+#: Fields that need another backend than VALUES' (checked with their own config by their own test).
+OTHER_BACKEND = {"solver.synthetic_skill_by_version"}
 
 #: Read where models load or the service loop runs (engine, lifecycle, runtime, CLI): checked by the AST scan.
 READ_IN_SERVICE = {
@@ -87,7 +96,7 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cfg() -> PropelConfig:
-    return config_from_mapping(_nest(VALUES), env={})
+    return config_from_mapping(_nest({k: v for k, v in VALUES.items() if k not in OTHER_BACKEND}), env={})
 
 
 def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
@@ -142,7 +151,48 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "spotcheck.deadline_s": lambda c: ds(c).spotcheck_deadline_s,
         "spotcheck.redispatches": lambda c: ds(c).spotcheck_redispatches,
         "artifacts.url": lambda c: ws(c).artifacts_url,
+        "solver.name": lambda c: _spot_version(c)[0], "solver.version": lambda c: _spot_version(c)[1],
+        "solver.version_order": lambda c: _spot_version(c)[2],
+        **{f"frontier.{k}": _frontier(k) for k in (
+            "drift_budget_share", "drift_per_stratum", "refresh_drift_threshold", "refresh_every_labels",
+            "refresh_holdout_share", "refresh_min_labels")},
+        "frontier.staleness": lambda c: ds(c).frontier.staleness.mode,
+        **{f"frontier.{k}": _staleness(k) for k in ("keep_versions", "half_life_versions", "min_weight")},
     }
+
+
+def _frontier(key: str) -> Callable[[PropelConfig], Any]:
+    from daemon.service.settings import driver_settings
+
+    return lambda c: getattr(driver_settings(c).frontier, key)
+
+
+def _staleness(key: str) -> Callable[[PropelConfig], Any]:
+    from daemon.service.settings import driver_settings
+
+    return lambda c: getattr(driver_settings(c).frontier.staleness, key)
+
+
+def _spot_version(c: PropelConfig) -> tuple[str, str, int | None]:
+    """The spot-checker's solver name, and the current version (and its order) it registered at start."""
+    from curriculum import solver_versions
+    from curriculum.store.db import Store
+    from curriculum.store.models import Base
+    from daemon.service.runtime import build_spot
+
+    class _Engine:
+        domain = None
+
+    store = Store("sqlite://")
+    try:
+        Base.metadata.create_all(store.engine)
+        name = build_spot(c, store, _Engine()).solver_id  # type: ignore[arg-type]
+        with store.session() as s:
+            cur = solver_versions.current(s, name)
+        assert cur is not None
+        return name, cur.version, cur.order
+    finally:
+        store.dispose()
 
 
 def _solver_kwarg(key: str) -> Callable[[PropelConfig], Any]:
@@ -179,7 +229,15 @@ def _spot_batch(c: PropelConfig) -> int:
     class _Engine:
         domain = None
 
-    return int(build_spot(c, None, _Engine()).batch_size)  # type: ignore[arg-type, attr-defined]
+    from curriculum.store.db import Store
+    from curriculum.store.models import Base
+
+    store = Store("sqlite://")  # build_spot registers solver.version in the store
+    try:
+        Base.metadata.create_all(store.engine)
+        return int(build_spot(c, store, _Engine()).batch_size)  # type: ignore[arg-type, attr-defined]
+    finally:
+        store.dispose()
 
 
 def _extraction_batch(c: PropelConfig) -> Any:
@@ -201,7 +259,7 @@ def _sweep_default_ece(c: PropelConfig) -> float:
 def test_every_field_has_a_value_and_a_consumer() -> None:
     fields = set(_fields())
     assert fields == set(VALUES), f"missing: {fields - set(VALUES)}, unknown: {set(VALUES) - fields}"
-    covered = set(_consumers()) | READ_IN_SERVICE
+    covered = set(_consumers()) | READ_IN_SERVICE | OTHER_BACKEND
     assert fields <= covered, f"fields nobody checks: {sorted(fields - covered)}"
 
 
@@ -216,6 +274,16 @@ def test_settings_fields_reach_their_consumers(cfg: PropelConfig) -> None:
         assert got != before or key in ("broker.url", "solver.backend", "solver.base_url", "solver.model"), key
         flat = got if isinstance(got, tuple) else (got,)
         assert all(v == want or (key == "broker.visibility_timeout_s" and v == 1234 + 321) for v in flat), (key, got)
+
+
+def test_synthetic_skill_by_version_reaches_the_solver() -> None:
+    from curriculum.solvers import build_solver
+    from daemon.service.settings import solver_kwargs
+
+    c = config_from_mapping(_nest({"solver.backend": "synthetic", "solver.synthetic_skill_by_version":
+                                   VALUES["solver.synthetic_skill_by_version"]}), env={})
+    solver = build_solver(**solver_kwargs(c))
+    assert solver.skill_by_version == VALUES["solver.synthetic_skill_by_version"]  # type: ignore[attr-defined]
 
 
 def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:

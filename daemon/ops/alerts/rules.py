@@ -140,6 +140,10 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
               for_cycles=2, severity=Severity.CRITICAL,
               mitigation=MitigationSpec(kind=MitigationKind.RETRAIN_AUX_TOPIC),
               description="probe-high tasks are mostly out of band: the probe is being reward-hacked"),
+    AlertRule(name="frontier_drift", metric="drift_score", comparator=Comparator.GT, threshold=0.3,
+              for_cycles=1, severity=Severity.WARNING,
+              description="a new solver version moved the frontier: over 30% of formerly in-band tasks left the "
+                          "band (the primary probe is refreshed above frontier.refresh_drift_threshold)"),
 )
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from daemon.loop.state import STATE_VERSION, DriverState, PendingCheck, StateError, load_state
+from daemon.loop.state import STATE_VERSION, Champion, DriverState, PendingCheck, StateError, load_state
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
@@ -24,12 +24,34 @@ def test_a_version_1_row_loads() -> None:
     assert load_state({}, NOW) == DriverState()  # a fresh row
 
 
+def test_a_version_1_row_of_the_solver_version_daemon_loads() -> None:
+    """The untyped counters of a daemon that already followed solver versions keep their meaning."""
+    old = {"spotcheck_pending": [4, 9], "spotcheck_pending_sid": {"4": "policy@step-2"}, "solver_version": "step-2",
+           "refresh_job": "r-primary-r3", "refresh_undispatched": True, "refresh_drift_seen": [1, 2],
+           "refresh_labels_at": 64,
+           "champion": {"probe": "r-primary-r1", "cycle": 1, "at": "2026-11-22T09:00:00+00:00"}}
+    state = load_state(old, NOW)
+    assert state.spotcheck_pending == {4: PendingCheck(dispatched_at=NOW, solver_id="policy@step-2"),
+                                       9: PendingCheck(dispatched_at=NOW)}
+    assert (state.solver_version, state.refresh_job, state.refresh_undispatched) == ("step-2", "r-primary-r3", True)
+    assert state.refresh_drift_seen == [1, 2] and state.refresh_labels_at == 64
+    assert state.champion == Champion(probe="r-primary-r1", cycle=1, at=datetime(2026, 11, 22, 9, tzinfo=UTC))
+
+
+def test_a_version_2_row_without_solver_fields_loads() -> None:
+    """A row written before the solver-version fields existed reads with their defaults."""
+    stored = {"version": 2, "spotcheck_pending": {"3": {"dispatched_at": "2026-11-23T10:00:00Z"}}}
+    state = load_state(stored, NOW)
+    assert state.spotcheck_pending[3].solver_id is None and state.champion is None and state.refresh_job is None
+    assert state.totals.primary_refreshes == state.totals.stale_retired == state.totals.drift_remeasured == 0
+
+
 def test_the_stored_json_round_trips() -> None:
     state = DriverState(spotcheck_pending={3: PendingCheck(dispatched_at=NOW, redispatches=1)}, retrain_job="j")
     state.totals.emitted = 7
     stored = state.stored()
     assert stored["version"] == STATE_VERSION and stored["spotcheck_pending"] == {
-        "3": {"dispatched_at": "2026-11-23T10:00:00Z", "redispatches": 1}}
+        "3": {"dispatched_at": "2026-11-23T10:00:00Z", "redispatches": 1, "solver_id": None}}
     assert load_state(stored, NOW) == state
 
 

@@ -44,3 +44,18 @@ def test_is_deterministic_and_wrong_answers_are_off_by_something() -> None:
 def test_non_arith_prompt_is_a_missing_completion() -> None:
     out = SyntheticArithSolver().generate(["What is love?"], 2, Sampling())[0]
     assert all(c.text is None and c.error for c in out)
+
+
+def test_skill_follows_the_served_version_and_the_name_stays() -> None:
+    from curriculum.solvers.synthetic import SyntheticArithSolver
+
+    solver = SyntheticArithSolver(offset=4.0, skill_by_version={"step-2": 9.0})
+    name, hard = solver.solver_id, "(12+7)*(3+4)-5*6"
+    weak = solver.success_probability(hard)
+    solver.serve_version("step-2")
+    strong = solver.success_probability(hard)
+    solver.serve_version("")
+    assert strong > weak and solver.success_probability(hard) == weak and solver.solver_id == name
+    solver.set_skill(9.0)
+    solver.serve_version("step-7")  # not in the map: the (new) base skill
+    assert solver.success_probability(hard) == strong

@@ -1,0 +1,71 @@
+"""Labels across sources and solver versions: trainer outcomes become labels; every reader of labels
+(aux retrain, primary refresh, drift, dashboard) gets them through :func:`usable_labels`, which
+applies the staleness policy (:mod:`curriculum.staleness`) for one solver name.
+
+A trainer's ack ``solved`` of ``n`` attempts with ``errors`` infrastructure failures is a label
+with ``valid_trials = n − errors`` (errors are excluded, never counted as failures), ``source =
+consumer``, and the band rule of spot-checks: no verdict (``in_band = None``) below
+``min_valid_trials`` valid attempts; otherwise in band when the solve *rate* lies in
+``[lo/k, hi/k]`` — with ``n − errors = k`` exactly the spot-check rule ``lo ≤ solved ≤ hi``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from curriculum import solver_versions
+from curriculum.spotcheck import LabelValue
+from curriculum.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
+from curriculum.store import repo
+from curriculum.store.models import Label, TaskRow
+from probes.band import Band
+
+
+def trainer_label(solved: int, n: int, errors: int, band: Band) -> LabelValue:
+    """The label of a trainer outcome (``ValueError`` on impossible counts)."""
+    if min(solved, n, errors) < 0 or errors > n or solved + errors > n:
+        raise ValueError(f"impossible outcome solved={solved} errors={errors} n={n}: need solved + errors ≤ n")
+    valid = n - errors
+    if valid < band.min_valid_trials:
+        return LabelValue(solved, valid, None)
+    return LabelValue(solved, valid, band.lo * valid <= solved * band.k <= band.hi * valid)
+
+
+def record_trainer_outcome(sess: Session, task_id: int, name: str, version: str, *, solved: int, n: int,
+                           errors: int, band: Band, sampling: Mapping[str, Any] | None = None) -> LabelValue:
+    """Store a trainer outcome as a ``consumer`` label of ``name@version`` (the version must be
+    registered already: see :func:`curriculum.solver_versions.register`)."""
+    lab = trainer_label(solved, n, errors, band)
+    repo.upsert_label(sess, task_id, solver_versions.qualified_id(name, version), "consumer", k=n, solved=solved,
+                      valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band, errors=errors,
+                      sampling=sampling)
+    return lab
+
+
+def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
+                  task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[LabelRecord]:
+    """Stored labels of ``solver_name`` (valid tasks of ``run_id`` and/or among ``task_ids``)."""
+    q = (select(Label.task_id, Label.solver_name, Label.solver_version, Label.source, Label.solved,
+                Label.valid_trials, Label.in_band, Label.updated_at)
+         .join(TaskRow, TaskRow.id == Label.task_id)
+         .where(Label.solver_name == solver_name, TaskRow.valid))
+    if run_id is not None:
+        q = q.where(TaskRow.run_id == run_id)
+    if task_ids is not None:
+        q = q.where(Label.task_id.in_(list(task_ids)))
+    if sources is not None:
+        q = q.where(Label.source.in_(list(sources)))
+    return [LabelRecord(int(r.task_id), r.solver_name, r.solver_version, r.source, int(r.solved),
+                        int(r.valid_trials), r.in_band, r.updated_at) for r in sess.execute(q)]
+
+
+def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int | None = None,
+                  task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[Weighted]:
+    """The labels of ``solver_name`` that still count under ``policy`` (see :func:`curriculum.staleness.weigh`)."""
+    ages = solver_versions.ages(solver_versions.versions(sess, solver_name))
+    return weigh(label_records(sess, solver_name, run_id=run_id, task_ids=task_ids, sources=sources),
+                 solver_name, ages, policy)

@@ -1,0 +1,267 @@
+"""The driver's view of a moving solver: which version spot-checks are recorded against, drift
+re-measurement after a new version, and when to refresh the primary probe.
+
+The driver calls :class:`FrontierTracker` from its phases (small hooks):
+
+* :meth:`~FrontierTracker.serving_id` at every spot-check dispatch — the qualified id
+  ``name@version`` of the solver's *current* version, read from the store, so an announce moves the
+  spot-check endpoint's version on without restarting anything;
+* :meth:`~FrontierTracker.plan_drift` — on a new current version, open a drift measurement over a
+  stratified sample of already-labelled tasks and spend up to ``drift_budget_share`` of the cycle's
+  spot-check budget re-measuring them;
+* :meth:`~FrontierTracker.observe_drift` — fold the new labels into the transition matrix and score;
+* :meth:`~FrontierTracker.refresh_due` — drift above the threshold (or enough new labels) asks for a
+  champion/challenger primary-probe refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import select
+
+from curriculum import drift, frontier_labels, refresh, retrain, solver_versions
+from curriculum.domains.base import Task
+from curriculum.staleness import StalenessPolicy
+from curriculum.store import lineage, repo
+from curriculum.store.db import Store
+from curriculum.store.models import ProbeRow, SolverTrial
+from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
+from daemon.loop.state import Champion, DriverState
+from probes.band import Band
+
+log = logging.getLogger("propel.frontier")
+
+
+@dataclass(frozen=True)
+class FrontierSettings:
+    staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
+    drift_budget_share: float = 0.25
+    drift_per_stratum: int = 8
+    drift_max_cycles: int = 10  # a measurement closes after this many cycles even if some tasks never got a verdict
+    refresh_drift_threshold: float = 0.3
+    refresh_every_labels: int = 0
+    refresh_holdout_share: float = 0.25
+    refresh_min_labels: int = 32
+
+
+def drift_share(budget: int, share: float, remaining: int) -> int:
+    """Re-measurements this cycle: ``share`` of the budget (at least one while any budget and share
+    are left), never more than the tasks still to measure."""
+    if budget <= 0 or share <= 0 or remaining <= 0:
+        return 0
+    return min(remaining, budget, max(1, round(budget * share)))
+
+
+class FrontierTracker:
+    def __init__(self, store: Store, run_id: int, solver_name: str, settings: FrontierSettings, band: Band,
+                 seed: int = 0) -> None:
+        self.store, self.run_id, self.name, self.s, self.band, self.seed = (
+            store, run_id, solver_name, settings, band, seed)
+
+    def current_version(self) -> str:
+        with self.store.session() as s:
+            cur = solver_versions.current(s, self.name)
+        return cur.version if cur is not None else solver_versions.UNVERSIONED
+
+    def serving_id(self) -> str:
+        """The qualified id spot-checks are recorded under now (the current version's)."""
+        return solver_versions.qualified_id(self.name, self.current_version())
+
+    # ---- drift -----------------------------------------------------------------------------------
+    def plan_drift(self, cycle: int, state: DriverState, budget: int) -> list[int]:
+        """Task ids to re-measure on the current version this cycle (opens a measurement on a new version)."""
+        cur = self.current_version()
+        prev = state.solver_version
+        state.solver_version = cur
+        if prev is not None and prev != cur:
+            self._open(cycle, prev, cur)
+        with self.store.session() as s:
+            open_ = [m for m in drift.measurements(s, self.run_id, self.name, "measuring") if m.new_version == cur]
+            if not open_:
+                return []
+            sid = solver_versions.qualified_id(self.name, cur)
+            tried = set(s.scalars(select(SolverTrial.task_id).where(
+                SolverTrial.solver_id == sid, SolverTrial.task_id.in_(list(open_[0].sample)))))
+        pending = set(state.spotcheck_pending)
+        todo = sorted(t for t in open_[0].sample if t not in tried and t not in pending)
+        return todo[:drift_share(budget, self.s.drift_budget_share, len(todo))]
+
+    def _open(self, cycle: int, old: str, new: str) -> None:
+        with self.store.session() as s:
+            weighted = frontier_labels.usable_labels(s, self.name, StalenessPolicy(keep_versions=10**6),
+                                                     run_id=self.run_id)
+            strata = drift.old_strata(weighted, self.band)
+            sample = drift.stratified_sample(strata, self.s.drift_per_stratum, seed=self.seed * 7_919 + cycle)
+            got = drift.open_measurement(s, self.run_id, self.name, old, new, cycle, sample)
+        log.info("solver %s moved %s → %s: re-measuring %d labelled tasks (%s)", self.name, old or "(unversioned)",
+                 new, len(got.sample), {k: list(got.sample.values()).count(k) for k in drift.STRATA})
+
+    def observe_drift(self, cycle: int) -> dict[str, float]:
+        """Fold new-version labels of the sampled tasks into each open measurement; the latest score."""
+        out: dict[str, float] = {}
+        with self.store.session() as s:
+            for m in drift.measurements(s, self.run_id, self.name, "measuring"):
+                labels = [r for r in frontier_labels.label_records(s, self.name, task_ids=list(m.sample))
+                          if r.solver_version == m.new_version]
+                pairs = drift.measured_pairs(m.sample, labels, self.band)
+                labelled = {r.task_id for r in labels if r.source == "spotcheck"}
+                done = set(m.sample) <= labelled or cycle - m.cycle >= self.s.drift_max_cycles
+                m = drift.update_measurement(s, m.id, pairs, done)
+                if m.state == "done":
+                    log.info("drift of %s %s: %s over %d tasks, matrix %s", self.name, m.new_version,
+                             "n/a" if m.score is None else f"{m.score:.2f}", m.measured, m.matrix)
+            latest = [m for m in drift.measurements(s, self.run_id, self.name) if m.score is not None]
+        if latest:
+            out["drift_score"] = float(latest[-1].score or 0.0)
+            out["drift_measured"] = float(latest[-1].measured)
+        return out
+
+    def refresh_due(self, state: DriverState) -> str | None:
+        """Why a primary refresh is due now (None: not due): a finished measurement above the drift
+        threshold that has not triggered one yet, or enough new usable labels since the last refresh."""
+        with self.store.session() as s:
+            finished = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
+            usable = len(frontier_labels.usable_labels(s, self.name, self.s.staleness, run_id=self.run_id))
+        seen = set(state.refresh_drift_seen)
+        for m in finished:
+            if m.id not in seen and (m.score or 0.0) > self.s.refresh_drift_threshold:
+                state.refresh_drift_seen = sorted(seen | {m.id})
+                return f"drift {m.score:.2f} on {m.new_version}"
+        base = state.refresh_labels_at
+        if self.s.refresh_every_labels > 0 and usable - base >= self.s.refresh_every_labels:
+            return f"{usable - base} new labels"
+        return None
+
+
+# ---- primary refresh (champion/challenger) ----------------------------------------------------------
+class _Settings(Protocol):
+    @property
+    def run_name(self) -> str: ...
+    @property
+    def frontier(self) -> FrontierSettings: ...
+    @property
+    def retrain_timeout_s(self) -> float: ...
+    @property
+    def min_probability(self) -> float: ...
+
+
+class Driver(Protocol):
+    """What the refresh needs of :class:`daemon.loop.driver.Driver` (a protocol: no import cycle)."""
+
+    store: Store
+    run_id: int
+    engine: Engine
+    spot: SpotChecker
+    retrainer: Retrainer
+    clock: Callable[[], datetime]
+
+    @property
+    def s(self) -> _Settings: ...
+
+    @property
+    def frontier(self) -> FrontierTracker: ...
+
+    def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec: ...
+
+    def _reload_probes(self) -> None: ...
+
+    def _save(self, phase: str, cycle: int, state: DriverState, sess: Any = None) -> None: ...
+
+
+def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, float]:
+    """Create and hand over a challenger job when a refresh is due and none is pending."""
+    if state.refresh_job is not None:
+        return {}
+    why = driver.frontier.refresh_due(state)
+    if why is None:
+        return {}
+    with driver.store.session() as s:
+        champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
+        usable = len(frontier_labels.usable_labels(s, driver.spot.solver_id, driver.s.frontier.staleness,
+                                                   run_id=driver.run_id))
+    state.refresh_labels_at = usable
+    spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
+                   champion=champions[0].artifact_uri if champions else "",
+                   holdout_share=driver.s.frontier.refresh_holdout_share,
+                   refresh_min_labels=driver.s.frontier.refresh_min_labels)
+    log.info("primary-probe refresh %s: %s", spec.name, why)
+    retrain.create_job(driver.store, spec)
+    state.refresh_job = spec.name
+    state.refresh_undispatched = True
+    driver._save("retrain", cycle, state)  # the job is recorded before it is handed over: a crash re-sends it
+    try:
+        driver.retrainer.submit(spec)
+        state.refresh_undispatched = False
+    except DispatchError as err:
+        log.warning("%s", err)
+    return {"refresh_started": 1.0} | collect_refresh(driver, state)
+
+
+def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
+    """Look at the pending challenger: promote it (and retire stale ready tasks) when it won."""
+    name = state.refresh_job
+    job = retrain.job_outcome(driver.store, name) if name else None
+    if job is None:
+        state.refresh_job = None
+        return {}
+    if job.state == "pending":
+        age = (driver.clock() - job.created_at).total_seconds()
+        if age > driver.s.retrain_timeout_s:
+            retrain.finish_job(driver.store, job.name, "failed", f"no outcome after {age:.0f} s")
+            return collect_refresh(driver, state)
+        if state.refresh_undispatched:
+            try:
+                driver.retrainer.submit(job.spec)
+                state.refresh_undispatched = False
+            except DispatchError as err:
+                log.warning("%s", err)
+        return {}
+    state.refresh_job = None
+    if job.state != "done" or job.probe_id is None:
+        log.info("primary refresh %s %s: %s", job.name, job.state, job.reason)
+        return {"primary_refreshed": 0.0}
+    out = {"primary_refreshed": float(bool(job.result.get("promote")))}
+    for who in ("champion", "challenger"):
+        score = job.result.get(who)
+        if score:
+            out[f"refresh_{who}_bacc"] = float(score["balanced_accuracy"])
+    if not job.result.get("promote"):
+        log.info("challenger %s kept out: %s", job.name, job.result.get("reason"))
+        return out
+    now = driver.clock()
+    with driver.store.session() as s:
+        aux = [p.id for p in repo.active_probes(s, driver.run_id) if p.role == "aux"]
+        repo.set_active_probes(s, [job.probe_id, *aux], driver.run_id)
+        row = s.get(ProbeRow, job.probe_id)
+        if row is not None:  # when it took the lead (the operator view shows it)
+            row.meta = {**dict(row.meta), "promoted_at": now.isoformat(timespec="seconds"),
+                        "promoted_cycle": job.spec.cycle}
+    driver._reload_probes()
+    state.champion = Champion(probe=job.name, cycle=job.spec.cycle, at=now)
+    state.totals.primary_refreshes += 1
+    retired = retire_ready(driver)
+    state.totals.stale_retired += retired
+    out["stale_retired"] = float(retired)
+    log.info("challenger %s promoted (%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
+             int(out["stale_retired"]))
+    return out
+
+
+def retire_ready(driver: Driver) -> int:
+    """Re-score the run's ready tasks with the new primary; those below the emission threshold go stale."""
+    rows = refresh.ready_tasks(driver.store, driver.run_id)
+    if not rows:
+        return 0
+    dom = driver.engine.domain
+    scored = driver.engine.score([dom.reference_text(Task(d, text, payload)) for _, d, text, payload in rows])
+    with driver.store.session() as s:  # the new ensemble's scores become the tasks' current ones (lineage)
+        ensemble = lineage.record_ensemble(s, driver.run_id, scored.ensemble)
+        lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
+                                                  zip(rows, scored.logits, scored.probabilities, strict=True)])
+    probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
+    return refresh.retire_stale(driver.store, driver.run_id, probs, driver.s.min_probability)

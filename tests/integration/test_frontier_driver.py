@@ -1,0 +1,96 @@
+"""The driver follows the solver: a new version announced mid-run is spot-checked under its own id,
+a stratified sample of labelled tasks is re-measured within the drift budget share, and the drift
+score lands in the store and the metrics (real store, real in-process spot-checks, synthetic solver)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from curriculum import drift, solver_versions
+from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.store.db import Store
+from curriculum.store.models import Label, MetricPoint, RetrainJob, SolverTrial
+from daemon.http.api import ApiContext, create_app
+from daemon.loop.driver import Driver
+from daemon.loop.frontier import FrontierSettings
+from daemon.ops.metrics import build_metrics
+from testkit.driver import make_driver
+from testkit.servers import serve_app
+
+pytestmark = pytest.mark.integration
+
+
+def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
+    while driver.state()[:2] != (phase, cycle):
+        driver.tick()
+
+
+def _solver(driver: Driver) -> SyntheticArithSolver:
+    solver = driver.spot.solver  # type: ignore[attr-defined]
+    assert isinstance(solver, SyntheticArithSolver)
+    return solver
+
+
+def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store: Store, tmp_path: Path) -> None:
+    frontier = FrontierSettings(drift_budget_share=0.5, drift_per_stratum=4)
+    driver, _ = make_driver(store, tmp_path, frontier=frontier, budget_per_cycle=12)
+    driver.metrics = metrics_out = build_metrics()  # the Prometheus export, as the service wires it
+    name = driver.spot.solver_id
+    _tick_to(driver, "rl", 2)  # two cycles of labels under the unversioned solver
+    with store.session() as s:
+        assert solver_versions.current(s, name) is None
+        old = s.execute(select(func.count()).select_from(Label).where(Label.solver_name == name,
+                                                                      Label.solver_version == "")).scalar_one()
+        got = solver_versions.register(s, name, "step-100", source="announce")  # what POST /v1/solvers does
+    assert old >= 16 and got.is_current
+    _solver(driver).set_skill(12.0)  # the new checkpoint is much stronger
+    _tick_to(driver, "retrain", 2)
+    with store.session() as s:
+        [m] = drift.measurements(s, driver.run_id, name)
+        new_trials = s.execute(select(func.count(func.distinct(SolverTrial.task_id))).where(
+            SolverTrial.solver_id == f"{name}@step-100")).scalar_one()
+        metrics = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
+            MetricPoint.run_id == driver.run_id, MetricPoint.cycle == 2)).all())
+    assert (m.old_version, m.new_version, m.cycle) == ("", "step-100", 2)
+    assert 0 < len(m.sample) <= 12 and set(m.sample.values()) <= set(drift.STRATA)
+    assert metrics["drift_remeasured"] == 6  # half of the 12-task budget went to re-measurement
+    assert metrics["spotcheck_dispatched"] <= 12 and new_trials <= 12
+    for _ in range(4):
+        _tick_to(driver, "retrain", driver.state()[1] + 1)
+    with store.session() as s:
+        [m] = drift.measurements(s, driver.run_id, name)
+        relabelled = s.execute(select(func.count()).select_from(Label).where(
+            Label.task_id.in_(list(m.sample)), Label.solver_version == "step-100")).scalar_one()
+        scores = [v for (v,) in s.execute(select(MetricPoint.value).where(MetricPoint.name == "drift_score"))]
+    assert m.state == "done" and relabelled == len(m.sample) and m.measured >= 1
+    assert m.matrix["in_band"]["too_easy"] >= 1 and m.score is not None and m.score > 0.3  # a stronger solver
+    assert scores and scores[-1] == pytest.approx(m.score)
+    with store.session() as s:  # the drift above frontier.refresh_drift_threshold started a primary refresh
+        refreshes = s.execute(select(RetrainJob.state, RetrainJob.reason, RetrainJob.result).where(
+            RetrainJob.name.like("drv-primary-r%"))).all()
+    assert len(refreshes) == 1 and refreshes[0].state in ("done", "skipped"), refreshes
+    ctx = ApiContext(store=store, run_name="drv", registry=metrics_out.registry)
+    with serve_app(create_app(ctx)) as url:  # the operator's view: /v1/status and a real /metrics scrape
+        status = httpx.get(f"{url}/v1/status").json()
+        metrics = httpx.get(f"{url}/metrics").text
+    rows = {r["version"]: r for r in status["frontier"]["versions"]}
+    assert rows["step-100"]["current"] and rows["step-100"]["drift_score"] == pytest.approx(m.score)
+    assert rows["step-100"]["spotcheck_labels"] > 0 and rows[""]["age"] == 1 and not rows[""]["current"]
+    assert rows["step-100"]["transitions"]["in_band"]["too_easy"] == m.matrix["in_band"]["too_easy"]
+    [line] = [x for x in metrics.splitlines() if x.startswith("propel_drift_score_ratio ")]
+    assert float(line.split()[1]) == pytest.approx(m.score)
+    [line] = [x for x in metrics.splitlines() if x.startswith("propel_drift_remeasured_total ")]
+    assert float(line.split()[1]) == driver.state()[2].totals.drift_remeasured >= 6  # the run total, exported
+
+
+def test_unversioned_run_never_opens_a_measurement(store: Store, tmp_path: Path) -> None:
+    driver, _ = make_driver(store, tmp_path)
+    _tick_to(driver, "rl", 2)
+    with store.session() as s:
+        assert drift.measurements(s, driver.run_id) == []
+        versions = {r for (r,) in s.execute(select(SolverTrial.solver_version).distinct())}
+    assert versions == {""}

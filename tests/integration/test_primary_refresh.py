@@ -1,0 +1,126 @@
+"""Primary-probe refresh on the real store with a tiny real reference: a challenger trained on the
+new solver version's labels replaces a champion trained on the old version's only when it wins on the
+newest held-out labels; a tie keeps the champion; a promoted challenger retires ready queue tasks it
+no longer rates as frontier while leased ones stay leased and stale ones are never served."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from curriculum import solver_versions
+from curriculum.domains.arith import ArithDomain, random_expression
+from curriculum.retrain import run_retrain
+from curriculum.solvers.base import Sampling
+from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.spotcheck import harvest_labels, run_spotcheck
+from curriculum.store import queue, repo
+from curriculum.store.db import Store
+from curriculum.store.models import ProbeRow, QueueItem
+from daemon.loop.driver import Driver
+from daemon.loop.frontier import FrontierSettings
+from daemon.loop.ports import Scored
+from probes import FeatureExtractor
+from testkit.driver import FakeEngine, make_driver
+from testkit.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
+
+pytestmark = pytest.mark.integration
+
+
+def _tasks(store: Store, n: int) -> tuple[int, list[int]]:
+    dom, rng = ArithDomain(), random.Random(5)
+    new, seen = [], set()
+    while len(new) < n:
+        v = dom.validate_batch([random_expression(rng, rng.randint(1, 9))])[0]
+        if v.valid and v.task.content_hash not in seen:
+            seen.add(v.task.content_hash)
+            new.append(repo.NewTask("arith", v.task.content_hash, v.task.text, True, v.task.payload, cycle=0))
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, "rf", "h", {})
+        return run_id, repo.add_tasks(s, run_id, new)
+
+
+def _label(store: Store, solver: SyntheticArithSolver, ids: list[int], version: str) -> None:
+    sid = solver_versions.qualified_id(solver.solver_id, version)
+    run_spotcheck(store, ArithDomain(), solver, ids, BAND.k, Sampling(), solver_id=sid)
+    harvest_labels(store, ids, sid, BAND)
+
+
+def test_challenger_replaces_the_champion_only_when_it_wins(store: Store, tmp_path: Path) -> None:
+    run_id, ids = _tasks(store, 160)
+    solver = SyntheticArithSolver(seed=1, offset=4.0)
+    name = solver.solver_id
+    ref = tiny_reference()
+    artifacts = artifacts_for(store, tmp_path)  # challengers go to the store; the champion is fetched from it
+    common = {"solver": name, "role": "primary", "refresh_min_labels": 16, "holdout_share": 0.3, "threshold": 0.5}
+    _label(store, solver, ids, "")  # the old, weak solver
+    old = run_retrain(store, spec_for(run_id, ref, name="rf-primary-0", staleness={"keep_versions": 9},
+                                      **common), ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert old.state == "done" and old.result["champion"] is None and old.result["promote"]
+    with store.session() as s:
+        champion_uri = s.scalars(select(ProbeRow.artifact_uri).where(ProbeRow.id == old.probe_id)).one()
+    assert champion_uri.startswith("cas://sha256/") and artifacts.has_tree(champion_uri)
+    with store.session() as s:
+        solver_versions.register(s, name, "step-2")
+    solver.set_skill(9.0)  # a much stronger checkpoint: the band moved to harder tasks
+    _label(store, solver, ids, "step-2")
+    spec = spec_for(run_id, ref, name="rf-primary-1", staleness={"keep_versions": 1},
+                    champion=champion_uri, **common)
+    new = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert new.state == "done" and new.probe_id is not None
+    champ, chall = new.result["champion"], new.result["challenger"]
+    assert new.result["promote"], new.result["reason"]
+    assert chall["balanced_accuracy"] > champ["balanced_accuracy"] and chall["ece"] <= champ["ece"]
+    redelivered = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert redelivered == new  # redelivery: the recorded outcome
+    with store.session() as s:
+        row = s.scalars(select(ProbeRow).where(ProbeRow.id == new.probe_id)).one()
+        new_uri = row.artifact_uri
+    assert (row.role, row.active) == ("primary", False) and row.meta["refresh"]["promote"]
+    # the same data, seed and feature again: an identical challenger ties and the champion stays
+    tie = run_retrain(store, spec_for(run_id, ref, name="rf-primary-2", staleness={"keep_versions": 1},
+                                      champion=new_uri, **common), ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert tie.state == "done" and not tie.result["promote"] and "does not beat" in tie.result["reason"]
+
+
+class RescoringEngine(FakeEngine):
+    """The fake engine whose scores drop by 0.2 once a new primary is loaded: the refreshed probe
+    rates the easy end of the old frontier lower (what a stronger solver's labels teach it)."""
+
+    def score(self, texts: Sequence[str]) -> Scored:
+        base = super().score(texts)
+        if not self.loaded:
+            return base
+        probs = [max(0.0, p - 0.2) for p in base.probabilities]
+        return Scored([p * 10 - 5 for p in probs], probs, base.ensemble)
+
+
+def _tick_to(driver: Driver, phase: str, cycle: int) -> None:
+    while driver.state()[:2] != (phase, cycle):
+        driver.tick()
+
+
+def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: Store, tmp_path: Path) -> None:
+    frontier = FrontierSettings(refresh_every_labels=30, refresh_min_labels=16)
+    driver, _ = make_driver(store, tmp_path, frontier=frontier, min_probability=0.45, retrain_min_false_positives=0)
+    driver.engine = engine = RescoringEngine()
+    _tick_to(driver, "retrain", 1)  # cycle 0 emitted tasks; the trainer leases a few of them
+    with store.session() as s:
+        leased = [x.task_id for x in queue.lease(s, 3, 600, "trainer", max_attempts=5, run_id=driver.run_id)]
+    _tick_to(driver, "retrain", 2)
+    state = driver.state()[2]
+    with store.session() as s:
+        primaries = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
+        states = dict(s.execute(select(QueueItem.task_id, QueueItem.state)).all())
+    assert state.champion is not None and state.champion.probe == primaries[0].name != "primary"  # it leads
+    assert state.totals.primary_refreshes == 1 and state.totals.stale_retired >= 1
+    assert engine.loaded and engine.loaded[-1][0] == [primaries[0].artifact_uri]  # the reward hot-swapped
+    stale = [t for t, st in states.items() if st == "stale"]
+    assert stale and all(states[t] == "leased" for t in leased)
+    with store.session() as s:
+        served = [x.task_id for x in queue.lease(s, 1000, 600, "trainer-2", max_attempts=5, run_id=driver.run_id)]
+    assert not set(served) & set(stale)

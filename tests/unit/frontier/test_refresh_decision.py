@@ -1,0 +1,38 @@
+"""Champion/challenger decision and the recent-holdout split (pure functions, tables)."""
+
+from __future__ import annotations
+
+import pytest
+
+from curriculum.refresh import HoldoutScore, decide, split_recent
+
+
+def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:
+    return HoldoutScore(bacc, ece, n)
+
+
+@pytest.mark.parametrize(("champion", "challenger", "kwargs", "promote", "why"), [
+    (hs(0.60, 0.10), hs(0.70, 0.08), {}, True, "→"),
+    (hs(0.60, 0.10), hs(0.70, 0.10), {}, True, "→"),                       # equal ECE is not worse
+    (hs(0.60, 0.10), hs(0.70, 0.12), {}, False, "ECE"),                    # better accuracy, worse calibration
+    (hs(0.60, 0.10), hs(0.70, 0.12), {"ece_tolerance": 0.05}, True, "→"),
+    (hs(0.70, 0.10), hs(0.70, 0.05), {}, False, "does not beat"),          # a tie keeps the champion
+    (hs(0.70, 0.10), hs(0.65, 0.05), {}, False, "does not beat"),
+    (hs(0.60, 0.10), hs(0.62, 0.05), {"min_gain": 0.05}, False, "does not beat"),
+    (None, hs(0.55, 0.30), {}, True, "champion could not be scored"),
+    (hs(0.60, 0.10), None, {}, False, "no challenger"),
+    (hs(0.50, 0.10), hs(0.90, 0.01, n=5), {}, False, "holdout"),
+])
+def test_decision_table(champion: HoldoutScore | None, challenger: HoldoutScore | None, kwargs: dict[str, float],
+                        promote: bool, why: str) -> None:
+    verdict = decide(champion, challenger, **kwargs)  # type: ignore[arg-type]
+    assert verdict.promote is promote and why in verdict.reason
+
+
+@pytest.mark.parametrize(("n", "share", "n_train", "n_hold"), [
+    (100, 0.25, 75, 25), (10, 0.25, 8, 2), (3, 0.25, 2, 1), (1, 0.5, 1, 0), (0, 0.25, 0, 0), (10, 0.99, 1, 9),
+])
+def test_split_recent_holds_out_the_newest(n: int, share: float, n_train: int, n_hold: int) -> None:
+    train, hold = split_recent(list(range(n)), share)
+    assert (len(train), len(hold)) == (n_train, n_hold)
+    assert train + hold == list(range(n))  # the holdout is the most recent tail
