@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Protocol
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 
+from curriculum.fsutil import atomic_write
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Artifact, utcnow
 
@@ -122,16 +122,7 @@ class LocalBlobs:
         if path.exists():
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, data)
 
     def get(self, digest: str) -> bytes | None:
         path = self._path(digest)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+
+from curriculum.fsutil import atomic_write
 
 LATEST = "LATEST"
 PREFIX = "checkpoint-"
@@ -75,9 +76,9 @@ class CheckpointStore:
         target = self.root / f"{PREFIX}{step}"
         if target.exists():
             raise CheckpointError(f"{target} already exists; refusing to overwrite a committed checkpoint")
-        _atomic_write(staged / CHUNK_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str))
+        atomic_write(staged / CHUNK_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str))
         os.rename(staged, target)
-        _atomic_write(self.root / LATEST, target.name)
+        atomic_write(self.root / LATEST, target.name)
         self._prune()
         return target
 
@@ -91,7 +92,7 @@ class CheckpointStore:
         if target.exists():
             shutil.rmtree(target)  # an older or partial copy of the same step: the fetched one is verified
         os.rename(staged, target)
-        _atomic_write(self.root / LATEST, target.name)
+        atomic_write(self.root / LATEST, target.name)
         self._prune()
         return target
 
@@ -110,16 +111,3 @@ class CheckpointStore:
     def _prune(self) -> None:
         for old in self.checkpoints()[: -self.keep]:
             shutil.rmtree(old)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
