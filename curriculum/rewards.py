@@ -24,6 +24,7 @@ returns too few valid trials); it never silently becomes 0. Every call appends a
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -137,7 +138,7 @@ def _probe_outputs(scorer: Scorer, texts: list[str], what: str) -> tuple[np.ndar
     return logits, probs
 
 
-class ProbeReward(_LoggedReward):
+class ProbeReward(_LoggedReward, ABC):
     """A reward computed from validity checks and ensemble scores.
 
     ``__call__`` validates and scores a batch once; :meth:`from_scores` is the arithmetic alone, for
@@ -151,9 +152,10 @@ class ProbeReward(_LoggedReward):
         """Which checks need a probe score (the valid ones, unless the reward ignores validity)."""
         return [i for i, v in enumerate(checks) if v.valid]
 
+    @abstractmethod
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
-        raise NotImplementedError
+        """The rewards of ``checks`` from the scores of :meth:`scored_indices` (in that order)."""
 
     def from_valid_scores(self, checks: Sequence[Validity], logits: Sequence[float],
                           probabilities: Sequence[float], **kwargs: Any) -> list[float]:
