@@ -13,19 +13,11 @@ from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Label, utcnow
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import Ack, PropelClient, PropelClientError
+from testkit.seeding import seed
 from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-for-tests"
-
-
-def seed(store: Store, n: int) -> list[int]:
-    with store.session() as s:
-        run_id = repo.get_or_create_run(s, "api", "h", {})
-        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", f"h{i}", f"{i}+{i}", True, {"answer": 2 * i})
-                                         for i in range(n)])
-        queue.enqueue(s, [(t, run_id, "add:1", {"id": t, "schema_version": 1}) for t in ids])
-    return ids
 
 
 @pytest.fixture

@@ -9,25 +9,16 @@ import pytest
 from sqlalchemy import select
 
 from curriculum import solver_versions
-from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import PropelClient, PropelClientError
+from testkit.seeding import seed
 from testkit.servers import serve_app
 
 pytestmark = pytest.mark.integration
 TOKEN = "t0k3n-versions"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def seed(store: Store, n: int) -> list[int]:
-    with store.session() as s:
-        run_id = repo.get_or_create_run(s, "api", "h", {})
-        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", f"h{i}", f"{i}+{i}", True, {"answer": 2 * i})
-                                         for i in range(n)])
-        queue.enqueue(s, [(t, run_id, "add:1", {"id": t, "schema_version": 1}) for t in ids])
-    return ids
 
 
 @pytest.fixture
