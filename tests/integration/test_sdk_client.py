@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TypeVar
 
 import pytest
@@ -17,7 +18,7 @@ from curriculum.store.models import Label
 from daemon.http.api import ApiContext, create_app
 from propel_sdk.client import Ack, PropelClient
 from propel_sdk.schema import SchemaVersionError
-from testkit.seeding import seed
+from testkit.seeding import seed, wait_renewed
 from testkit.servers import RestartableServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -106,3 +107,14 @@ def test_retries_are_bounded_then_the_error_is_raised(retries: FirstRetry) -> No
             pytest.raises(httpx.ConnectError):
         client.announce("pol", 3)
     assert len(retries.lines) == 2 and "retry 2/2" in retries.lines[-1]
+
+
+def test_iterate_keeps_a_held_batch_leased(server: RestartableServer, pg_store: Store) -> None:
+    ids = seed(pg_store, 3, run="sdk")
+    statuses = []
+    with PropelClient(server.url, token=TOKEN) as client:
+        for task in client.iterate(batch=2, lease_s=2, consumer="slow-trainer"):
+            if task.id == ids[1]:  # the second task of the batch waits while the first trains
+                wait_renewed(pg_store, task.id, after=datetime.fromisoformat(task.lease_until))
+            statuses.append(client.ack(task, solved=1, n=8, solver="pol@1"))
+    assert statuses == ["acked"] * 3  # not "late": the lease never lapsed
