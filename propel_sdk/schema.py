@@ -33,8 +33,9 @@ class SchemaVersionError(ValueError):
 
 
 def check_schema_version(message: Mapping[str, Any]) -> None:
-    """Raise :class:`SchemaVersionError` unless ``message`` has a ``schema_version`` this SDK reads."""
-    version = message.get("schema_version")
+    """Raise :class:`SchemaVersionError` unless ``message`` has a ``schema_version`` this SDK reads.
+    A message without the field is version 1 (the model's default; every later version writes it)."""
+    version = message.get("schema_version", 1)
     if version not in SUPPORTED_SCHEMA_VERSIONS or isinstance(version, bool):
         raise SchemaVersionError(version, message.get("id"))
 

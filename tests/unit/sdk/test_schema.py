@@ -32,13 +32,15 @@ def test_newer_version_names_the_upgrade() -> None:
     assert err.value.version == SCHEMA_VERSION + 1
 
 
-@pytest.mark.parametrize("version", [0, None, "1", True])
+@pytest.mark.parametrize("version", [0, None, "1", True, 1.5])
 def test_other_unknown_versions_are_refused(version: object) -> None:
-    msg = {k: v for k, v in _message().items() if k != "schema_version" or version is not None}
-    if version is not None:
-        msg["schema_version"] = version
     with pytest.raises(SchemaVersionError, match="is not one this SDK reads"):
-        parse_message(msg)
+        parse_message({**_message(), "schema_version": version})
+
+
+def test_a_message_without_the_field_is_version_1() -> None:
+    msg = {k: v for k, v in _message().items() if k != "schema_version"}
+    assert parse_message(msg).schema_version == 1
 
 
 def test_known_version_with_bad_fields_is_a_validation_error() -> None:
