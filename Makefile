@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: help install prereqs run test test-fast lint bench clean
+.PHONY: help install prereqs run test test-long test-fast lint bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -33,7 +33,10 @@ prereqs:  ## check (as root on Debian: install) the system packages; one line pe
 
 test: $(STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+
+test-long: $(STAMP)  ## the benchmark-grade checks `make test` leaves out (the full bootstrap recipe: ~3-8 min)
+	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## unit tests only
 	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)

@@ -49,6 +49,7 @@ def test_cli_bootstrap_prints_model_and_validity(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the whole recipe: 3 min on 2 free cores, 8 min on a loaded machine (`make test-long`)
 def test_full_bootstrap_reaches_95_percent_validity(tmp_path: Path) -> None:
     """The real recipe (~3 min on 2 free cores; longer on a loaded machine)."""
     result = bootstrap("arith", tmp_path, show_progress=False)
