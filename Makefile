@@ -46,7 +46,8 @@ lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/mypy probes curriculum workers daemon propel_sdk migrations
 
 bench: $(STAMP)  ## run the benchmarks (results in benchmarks/results/)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/[a-z]*.py; do m=$$(basename $$b .py); echo "== benchmarks.$$m"; \
+		$(BIN)/python -m benchmarks.$$m || exit 1; done
 
 clean:  ## remove the virtualenv and caches (keeps ./.propel data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
