@@ -14,23 +14,22 @@ other processes on a shared machine falls on all modes alike), medians over the 
 Goals: ``probe_1_head`` ≥ 0.9× the throughput of ``bare_lm_forward``; ``probe_wco_3`` ≤ 1.1× the
 time of ``probe_1_head``. Writes ``benchmarks/results/probe_throughput.{json,png}``.
 
-Run: ``.venv/bin/python benchmarks/probe_throughput.py [--texts 300 --repeats 9 --threads 1]``.
+Run: ``.venv/bin/python -m benchmarks.probe_throughput [--texts 300 --repeats 9 --threads 1]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
+from benchmarks._common import RESULTS, write_result
 from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
 from probes import (
     ExtractionConfig,
@@ -41,8 +40,6 @@ from probes import (
     ProbeHead,
     ProbeScorer,
 )
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def make_texts(n: int, seed: int = 0) -> list[str]:
@@ -128,8 +125,7 @@ def run(n_texts: int, repeats: int, batch_size: int) -> dict[str, object]:
         results[name] = {"median_s": med, "tasks_per_s": n_texts / med, "times_s": times}
     reference.verify_unchanged()
     return {
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "torch": {"version": torch.__version__, "threads": torch.get_num_threads()},
         "setup": {
             "texts": n_texts,
             "repeats": repeats,
@@ -193,8 +189,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     report = run(args.texts, args.repeats, args.batch_size)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "probe_throughput.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("probe_throughput", report)
     plot(report, RESULTS / "probe_throughput.png")
     modes = report["modes"]
     assert isinstance(modes, dict)
