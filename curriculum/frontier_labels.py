@@ -12,6 +12,7 @@ consumer``, and the band rule of spot-checks: no verdict (``in_band = None``) be
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -35,15 +36,29 @@ def trainer_label(solved: int, n: int, errors: int, band: Band) -> LabelValue:
     return LabelValue(solved, valid, band.lo * valid <= solved * band.k <= band.hi * valid)
 
 
-def record_trainer_outcome(sess: Session, task_id: int, name: str, version: str, *, solved: int, n: int,
-                           errors: int, band: Band, sampling: Mapping[str, Any] | None = None) -> LabelValue:
-    """Store a trainer outcome as a ``consumer`` label of ``name@version`` (the version must be
-    registered already: see :func:`curriculum.solver_versions.register`)."""
-    lab = trainer_label(solved, n, errors, band)
-    repo.upsert_label(sess, task_id, solver_versions.qualified_id(name, version), "consumer", k=n, solved=solved,
-                      valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band, errors=errors,
-                      sampling=sampling)
-    return lab
+@dataclass(frozen=True)
+class TrainerOutcome:
+    """A trainer's ack of ``task_id``: ``solved`` of ``n`` attempts by ``name@version``."""
+
+    task_id: int
+    name: str
+    version: str
+    solved: int
+    n: int
+    errors: int = 0
+    sampling: Mapping[str, Any] | None = None
+
+
+def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band) -> list[LabelValue]:
+    """Store trainer outcomes as ``consumer`` labels of ``name@version`` in one multi-row write (the
+    versions must be registered already: see :func:`curriculum.solver_versions.register`)."""
+    labs = [trainer_label(o.solved, o.n, o.errors, band) for o in outcomes]
+    repo.upsert_labels(sess, [
+        repo.NewLabel(o.task_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n, solved=o.solved,
+                      valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band, errors=o.errors,
+                      sampling=o.sampling)
+        for o, lab in zip(outcomes, labs, strict=True)])
+    return labs
 
 
 def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,

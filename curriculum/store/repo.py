@@ -121,21 +121,54 @@ def trial_count(sess: Session, run_id: int) -> int:
     return int(sess.execute(q.where(TaskRow.run_id == run_id)).scalar_one())
 
 
+@dataclass(frozen=True)
+class NewLabel:
+    """One label to write with :func:`upsert_labels`; ``solver_id`` is qualified (``name@version``)."""
+
+    task_id: int
+    solver_id: str
+    source: str
+    k: int
+    solved: int
+    valid_trials: int
+    band: tuple[int, int]
+    in_band: bool | None
+    errors: int = 0
+    sampling: Mapping[str, Any] | None = None
+
+
+_LABEL_KEY = ("task_id", "solver_id", "source")
+
+
 def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
                  valid_trials: int, band: tuple[int, int], in_band: bool | None, errors: int = 0,
                  sampling: Mapping[str, Any] | None = None) -> None:
     """Create or overwrite the label of ``(task, solver, source)``; ``solver_id`` is qualified
     (``name@version``, see :mod:`curriculum.solver_versions`)."""
-    if source not in LABEL_SOURCES:
-        raise ValueError(f"label source must be one of {LABEL_SOURCES}, got {source!r}")
-    values = {"k": k, "solved": solved, "valid_trials": valid_trials, "band_lo": band[0],
-              "band_hi": band[1], "in_band": in_band, "errors": errors,
-              "sampling": dict(sampling) if sampling is not None else None, "updated_at": utcnow()}
-    key = {"task_id": task_id, "solver_id": solver_id, "source": source}
-    values_new = {**key, **_name_version(solver_id), **values}
-    inserted = insert_ignore(sess, Label, [values_new], list(key))
-    if not inserted:
-        sess.execute(update(Label).where(*[getattr(Label, c) == v for c, v in key.items()]).values(**values))
+    upsert_labels(sess, [NewLabel(task_id, solver_id, source, k, solved, valid_trials, band, in_band, errors,
+                                  sampling)])
+
+
+def upsert_labels(sess: Session, labels: Sequence[NewLabel]) -> None:
+    """Create or overwrite many labels: one multi-row insert when they are all new (a batched ack's
+    case), an update per label only when some already existed."""
+    for lab in labels:
+        if lab.source not in LABEL_SOURCES:
+            raise ValueError(f"label source must be one of {LABEL_SOURCES}, got {lab.source!r}")
+    now = utcnow()
+    rows = [{"task_id": lab.task_id, "solver_id": lab.solver_id, "source": lab.source,
+             **_name_version(lab.solver_id), **_label_values(lab, now)} for lab in labels]
+    if insert_ignore(sess, Label, rows, list(_LABEL_KEY)) == len(rows):
+        return
+    for lab in labels:  # some existed: overwrite them (rewriting the just-inserted ones is harmless)
+        sess.execute(update(Label).where(Label.task_id == lab.task_id, Label.solver_id == lab.solver_id,
+                                         Label.source == lab.source).values(**_label_values(lab, now)))
+
+
+def _label_values(lab: NewLabel, now: datetime) -> dict[str, Any]:
+    return {"k": lab.k, "solved": lab.solved, "valid_trials": lab.valid_trials, "band_lo": lab.band[0],
+            "band_hi": lab.band[1], "in_band": lab.in_band, "errors": lab.errors,
+            "sampling": dict(lab.sampling) if lab.sampling is not None else None, "updated_at": now}
 
 
 def register_probe(sess: Session, name: str, role: str, artifact_uri: str, reference_fingerprint: str,

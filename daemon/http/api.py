@@ -349,20 +349,6 @@ def _queue_routes(app: FastAPI) -> None:
         return {"id": task_id, "status": "renewed", "late": status == queue.AckStatus.LATE}
 
 
-def store_outcome(s: Session, ctx: ApiContext, task_id: int, body: AckRequest) -> None:
-    """Register the ack's solver version (a lower one stays a late outcome, never current) and store
-    the outcome as a ``consumer`` label; a version that cannot be ordered is a 422 (nothing is stored:
-    the caller's transaction rolls back)."""
-    name, version = body.solver_version()
-    try:
-        solver_versions.ensure_registered(s, name, version, body.version_order, source="ack")
-    except solver_versions.VersionError as err:
-        raise HTTPException(422, f"version: {err}") from None
-    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
-    frontier_labels.record_trainer_outcome(s, task_id, name, version, solved=body.solved, n=body.n,
-                                           errors=body.errors, band=ctx.label_band(), sampling=sampling)
-
-
 def _export_route(app: FastAPI) -> None:
     @app.get("/v1/tasks/export", dependencies=[Auth], tags=["queue"], response_class=StreamingResponse)
     def export(ctx: Ctx, state: Annotated[list[QueueState] | None, Query()] = None,
@@ -414,10 +400,31 @@ def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queu
 
 
 def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
-    """One ``consumer`` label per accepted ack, of the solver version that made it. The queue accepts
-    one outcome per task, so each label is written once."""
-    for tid, body in items:
-        store_outcome(s, ctx, tid, body)
+    """One ``consumer`` label per accepted ack, of the solver version that made it, in one multi-row
+    write; each distinct version is registered once. The queue accepts one outcome per task, so each
+    label is written once."""
+    seen: set[tuple[str, str, int | None]] = set()
+    for _, body in items:
+        name, version = body.solver_version()
+        if (name, version, body.version_order) not in seen:
+            seen.add((name, version, body.version_order))
+            _register(s, name, version, body.version_order)
+    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band())
+
+
+def _register(s: Session, name: str, version: str, order: int | None) -> None:
+    """Register the ack's solver version (a lower one stays a late outcome, never current); a version
+    that cannot be ordered is a 422 (nothing is stored: the caller's transaction rolls back)."""
+    try:
+        solver_versions.ensure_registered(s, name, version, order, source="ack")
+    except solver_versions.VersionError as err:
+        raise HTTPException(422, f"version: {err}") from None
+
+
+def _outcome(task_id: int, body: AckRequest) -> frontier_labels.TrainerOutcome:
+    name, version = body.solver_version()
+    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
+    return frontier_labels.TrainerOutcome(task_id, name, version, body.solved, body.n, body.errors, sampling)
 
 
 def _status_routes(app: FastAPI) -> None:

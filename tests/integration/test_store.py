@@ -71,6 +71,24 @@ def test_label_upsert_overwrites(store: Store) -> None:
     assert rows["consumer"].k == 4
 
 
+def test_batched_label_upsert_writes_new_and_overwrites_existing(store: Store) -> None:
+    """A batch where one label exists already (the slow path) and one is new: both end as given."""
+    from curriculum.store.models import Label
+
+    with store.session() as s:
+        a, b = repo.add_tasks(s, None, _tasks(2))
+        repo.upsert_labels(s, [repo.NewLabel(a, "sol@1", "consumer", 8, 0, 8, (1, 3), False)])
+    with store.session() as s:
+        repo.upsert_labels(s, [repo.NewLabel(a, "sol@1", "consumer", 8, 2, 7, (1, 3), True, errors=1),
+                               repo.NewLabel(b, "sol@1", "consumer", 8, 8, 8, (1, 3), False, sampling={"t": 1.0})])
+    with store.session() as s:
+        rows = {r.task_id: r for r in s.scalars(select(Label))}
+    assert (rows[a].solved, rows[a].valid_trials, rows[a].in_band, rows[a].errors) == (2, 7, True, 1)
+    got = (rows[b].solved, rows[b].solver_name, rows[b].solver_version, rows[b].sampling)
+    assert got == (8, "sol", "1", {"t": 1.0})
+    assert len(rows) == 2
+
+
 def test_probes_scores_false_positives(store: Store) -> None:
     with store.session() as s:
         ids = repo.add_tasks(s, None, _tasks(4))
