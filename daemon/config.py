@@ -159,6 +159,10 @@ class SolverConfig(_Section):
     synthetic_skill_by_version: dict[str, float] = Field(
         default_factory=dict, description="synthetic solver only (a benchmark instrument): its offset — the "
         "complexity it solves half the time — per announced version, to simulate an improving solver")
+    synthetic_skill_file: Path | None = Field(
+        default=None, description="synthetic solver only (a benchmark instrument): a JSON file {version: offset} "
+        "re-read at every spot-check, written by a fake trainer before it announces a version; its entries win "
+        "over synthetic_skill_by_version")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -180,6 +184,8 @@ class SolverConfig(_Section):
             raise ValueError("solver.version_order needs solver.version")
         if self.synthetic_skill_by_version and self.backend != "synthetic":
             raise ValueError("solver.synthetic_skill_by_version only applies to solver.backend = 'synthetic'")
+        if self.synthetic_skill_file and self.backend != "synthetic":
+            raise ValueError("solver.synthetic_skill_file only applies to solver.backend = 'synthetic'")
         return self
 
 

@@ -32,6 +32,8 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
         kw["options"] = {"endpoint": s.endpoint}
     if s.backend == "synthetic" and s.synthetic_skill_by_version:
         kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
+    if s.backend == "synthetic" and s.synthetic_skill_file:
+        kw["options"] = {**kw.get("options", {}), "skill_file": str(s.synthetic_skill_file)}
     return kw
 
 
