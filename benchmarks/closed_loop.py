@@ -38,18 +38,21 @@ import numpy as np
 
 from benchmarks._common import RESULTS, write_result
 from testkit.closed_loop import ARMS, ArmResult, LoopSettings, SyntheticLearner, measure_in_band, run_arm, serve_arm
+from testkit.closed_loop_lm import LMSettings
 
 METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials")
 QUICK = LoopSettings(rounds=2, steps_per_round=1, batch=4, cycles_per_round=1, measure_tasks=4,
                      heldout=32, heldout_n=1)
 FULL = LoopSettings()
+#: The LM row: a GRPO step is 4 prompts × 8 completions; the trainer paces itself (no cycle wait).
+LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0, heldout=200)
 
 
 def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdir: Path) -> ArmResult:
     """One arm, one seed, synthetic learner: serve, train R rounds, then measure in-band."""
     skill_file = workdir / "skills.json"
     learner = SyntheticLearner(settings, seed, skill_file)
-    with serve_arm(arm, workdir, generator, settings, seed, skill_file) as server:
+    with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml()) as server:
         result = run_arm(arm, learner, server, settings, seed, log=lambda m: click.echo(m, err=True))
     measure_in_band(result, learner, settings)
     return result
@@ -130,11 +133,14 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
         for j, m in enumerate(METRICS):
             ax = axes[i][j]
             for arm, t in table.items():
-                mean, std = np.array(t[m]["mean"]), np.array(t[m]["std"])
-                ax.errorbar(t["steps"], mean, yerr=std, marker="o", capsize=3, label=arm)
-            ax.set_title(f"{row}: {m}")
+                mean, std, steps = np.array(t[m]["mean"]), np.array(t[m]["std"]), t["steps"]
+                if m == "heldout_accuracy":  # from the common start checkpoint
+                    mean, std, steps = np.r_[t["start_heldout"], mean], np.r_[0.0, std], [0, *steps]
+                ax.errorbar(steps, mean, yerr=std, marker="o", capsize=3, label=arm)
+            ax.set_title(m.replace("_", " "), fontsize=10)
             ax.set_xlabel("trainer steps")
             ax.grid(alpha=0.3)
+        axes[i][0].set_ylabel(row.split(" (")[0] + (" (SYNTHETIC)" if "SYNTHETIC" in row else ""))
         axes[i][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -142,7 +148,7 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [f"Settings: {meta['settings']}; seeds {meta['seeds']}; commit see JSON.", ""]
+    lines = [f"Settings per row: {meta['settings']}; commit see JSON.", ""]
     for row, table in rows.items():
         lines += [f"**{row}** (final round; mean ± std over seeds)", "",
                   "| arm | in-band (first → final) | useful GRPO groups | held-out acc (start → final) | "
@@ -160,28 +166,58 @@ def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any
     return "\n".join(lines)
 
 
-def run(settings: LoopSettings, seeds: int, arms: tuple[str, ...], generator_steps: int, data_dir: Path,
-        name: str) -> dict[str, Any]:
+SYNTHETIC_ROW = "synthetic (learnable synthetic solver, SYNTHETIC)"
+LM_ROW = "tiny LM (examples/trl_trainer.py, GRPO)"
+
+
+def run_one_lm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, generator: Path, workdir: Path,
+               cache: Path) -> ArmResult:
+    """One arm, one seed, the tiny-LM trainer; in-band measured by each round's checkpoint afterwards."""
+    from testkit.closed_loop_lm import run_lm_arm
+
+    result, learner = run_lm_arm(arm, seed, settings, lm, generator, workdir, cache,
+                                 say=lambda m: click.echo(m, err=True))
+    measure_in_band(result, learner, settings, max_tokens=8)
+    return result
+
+
+def run_row(row: str, settings: LoopSettings, seeds: int, arms: tuple[str, ...], generator: Path,
+            data_dir: Path, lm: LMSettings, keep: bool = False) -> list[ArmResult]:
+    results: list[ArmResult] = []
+    for seed in range(seeds):
+        for arm in arms:
+            work = Path(tempfile.mkdtemp(prefix=f"cl-{arm}-{seed}-", dir=data_dir))
+            if row == SYNTHETIC_ROW:
+                results.append(run_one(arm, seed, settings, generator, work))
+            else:
+                results.append(run_one_lm(arm, seed, settings, lm, generator, work, data_dir / "solver-cache"))
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], generator_steps: int, data_dir: Path,
+        name: str, lm: LMSettings, keep: bool = False) -> dict[str, Any]:
+    """Every row of ``plan`` (row → settings, seeds), every arm; JSON + PNG + markdown."""
     from curriculum.bootstrap import bootstrap
 
     started = time.perf_counter()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
-    results: dict[str, list[ArmResult]] = {a: [] for a in arms}
-    for seed in range(seeds):
-        for arm in arms:
-            work = Path(tempfile.mkdtemp(prefix=f"cl-{arm}-{seed}-", dir=data_dir))
-            results[arm].append(run_one(arm, seed, settings, generator, work))
-            shutil.rmtree(work, ignore_errors=True)
-    table = {arm: aggregate(rs) for arm, rs in results.items()}
-    rows = {"synthetic (learnable synthetic solver, SYNTHETIC)": table}
+    rows: dict[str, dict[str, Any]] = {}
+    per_seed: dict[str, Any] = {}
+    for row, (settings, seeds) in plan.items():
+        results = run_row(row, settings, seeds, arms, generator, data_dir, lm, keep)
+        rows[row] = {arm: aggregate([r for r in results if r.arm == arm]) for arm in arms}
+        per_seed[row] = [r.to_json() for r in results]
     goal_rows = {row: goals(t) for row, t in rows.items()}
-    meta = {"settings": {k: v for k, v in vars(settings).items()}, "seeds": seeds, "arms": list(arms),
-            "generator_bootstrap_steps": generator_steps, "wall_s": round(time.perf_counter() - started, 1)}
-    data = {**meta, "rows": rows, "goals": goal_rows,
-            "per_seed": {arm: [r.to_json() for r in rs] for arm, rs in results.items()},
-            "notes": ["synthetic row: the synthetic solver made learnable (skill += "
-                      f"{settings.skill_per_useful_group} per GRPO group of non-zero reward variance) — SYNTHETIC, "
-                      "a sanity row, not a model", "tiny-LM rows: not run in this result (see README)"],
+    meta = {"settings": {row: {**vars(st), "seeds": n} for row, (st, n) in plan.items()}, "arms": list(arms),
+            "generator_bootstrap_steps": generator_steps, "lm": vars(lm) if LM_ROW in plan else None,
+            "wall_s": round(time.perf_counter() - started, 1)}
+    notes = [f"{SYNTHETIC_ROW}: the synthetic solver made learnable (skill += skill_per_useful_group per GRPO group of "
+             "non-zero reward variance it trains on) — SYNTHETIC, a sanity row, not a model"]
+    if LM_ROW not in plan:
+        notes.append("tiny-LM row: not run in this result")
+    data = {**meta, "rows": rows, "goals": goal_rows, "per_seed": per_seed, "notes": notes,
             "markdown": markdown(rows, goal_rows, meta)}
     path = write_result(name, data)
     plot(rows, RESULTS / f"{name}.png")
@@ -200,9 +236,18 @@ def run(settings: LoopSettings, seeds: int, arms: tuple[str, ...], generator_ste
               help="bootstrap steps of the tiny arith generator (cached under DATA_DIR/models)")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".bench/closed_loop"),
               show_default=True)
+@click.option("--rows", default="synthetic,lm", show_default=True,
+              help="synthetic (fast sanity row) and/or lm (the tiny-LM trainer; --quick: synthetic only)")
+@click.option("--lm-seeds", type=int, default=None, help="seeds of the LM row (default: --seeds)")
+@click.option("--lm-steps-per-round", type=int, default=LM_FULL.steps_per_round, show_default=True,
+              help="GRPO steps per round of the LM row")
+@click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
+              help="supervised steps of the LM solver before GRPO (cached)")
+@click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, seeds: int | None, rounds: int | None, steps_per_round: int | None, arms: str,
-         generator_steps: int, data_dir: Path, name: str) -> None:
+         generator_steps: int, data_dir: Path, rows: str, lm_seeds: int | None, lm_steps_per_round: int,
+         lm_pretrain_steps: int, keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
     settings = QUICK if quick else FULL
@@ -214,8 +259,19 @@ def main(quick: bool, seeds: int | None, rounds: int | None, steps_per_round: in
     unknown = [a for a in chosen if a not in ARMS]
     if unknown:
         raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS)}")
+    kinds = {r.strip() for r in rows.split(",") if r.strip()}
+    if kinds - {"synthetic", "lm"}:
+        raise click.UsageError(f"unknown row(s) {', '.join(sorted(kinds - {'synthetic', 'lm'}))}: synthetic, lm")
+    n = seeds or (1 if quick else 3)
+    plan: dict[str, tuple[LoopSettings, int]] = {}
+    if "synthetic" in kinds:
+        plan[SYNTHETIC_ROW] = (settings, n)
+    if "lm" in kinds and not quick:
+        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds)
+        plan[LM_ROW] = (lm_settings, lm_seeds or n)
     data_dir.mkdir(parents=True, exist_ok=True)
-    run(settings, seeds or (1 if quick else 3), chosen, generator_steps, data_dir.absolute(), name)
+    run(plan, chosen, generator_steps, data_dir.absolute(), name,
+        LMSettings(pretrain_steps=lm_pretrain_steps), keep_workdirs)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Arms (same solver start, same trainer steps, same daemon spot-check budget per c
 
 * ``continuous`` — ``propel run`` with trainer feedback on: the trainer acks its outcomes and announces
   each checkpoint under the daemon's solver name, so spot-checks follow the current version, labels age
-  by the staleness policy, drift is re-measured and the primary probe may be refreshed;
+  by the staleness policy, drift is re-measured and the primary probe is refreshed (champion/challenger)
+  on drift and after every round's worth of new labels (``frontier.refresh_every_labels``);
 * ``static`` — the same daemon with feedback off: its solver name (``solver.name``) differs from the
   one the trainer acks and announces under, and ``frontier.drift_budget_share = 0``. Its spot-checks
   stay on the cycle-0 solver — one PROPEL run whose labels never see the trainer's checkpoints;
@@ -119,6 +120,8 @@ class Learner(Protocol):
     synthetic: bool
     version: str
 
+    def solver_toml(self) -> str: ...  # the daemon's [solver] keys besides its name
+
     def train_step(self, tasks: Sequence[Task]) -> list[int]: ...  # solves of ``group`` per task
 
     def checkpoint(self, version: str) -> None: ...
@@ -161,6 +164,10 @@ class SyntheticLearner:
 
     def solver_at(self, version: str) -> SolverBackend:
         return SyntheticArithSolver(offset=self.skills[version], seed=self.seed + 7_777)
+
+    def solver_toml(self) -> str:
+        """The daemon's ``[solver]`` keys: the synthetic backend reading this learner's skill file."""
+        return f'synthetic_skill_file = "{self.skill_file}"\n'
 
 
 # ---- task sources for the baseline arms -------------------------------------------------------------
@@ -251,21 +258,25 @@ def propel(config: Path, *args: str, log: Path, wait: bool = True) -> subprocess
     return proc
 
 
-def daemon_extra(arm: str, settings: LoopSettings, skill_file: Path) -> str:
+def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
     """The arm's daemon config: the continuous daemon spot-checks under the trainer's solver name (so
-    announces and acks reach it); the static one under another name, with drift re-measurement off."""
-    name = SOLVER_NAME if arm == "continuous" else FROZEN_NAME
-    frozen = "" if arm == "continuous" else "[frontier]\ndrift_budget_share = 0.0\n"
-    return f'[solver]\nname = "{name}"\nsynthetic_skill_file = "{skill_file}"\n{frozen}{settings.daemon_extra}'
+    announces and acks reach it); the static one under another name, with drift re-measurement off.
+    ``solver_toml``: the learner's other ``[solver]`` keys (backend, model, skill file)."""
+    if arm == "continuous":  # primary refresh also after each round's worth of trainer outcomes (default: on
+        # drift only, and a drift measurement outlasts a round here: the next announce opens a new one)
+        name, frontier = SOLVER_NAME, f"refresh_every_labels = {settings.steps_per_round * settings.batch}\n"
+    else:
+        name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"
+    return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{settings.daemon_extra}'
 
 
 @contextmanager
 def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, seed: int,
-              skill_file: Path) -> Iterator[ArmServer]:
+              solver_toml: str) -> Iterator[ArmServer]:
     """Start the arm's server: ``propel run`` (daemon arms) or import + ``propel serve`` (baselines)."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), f"cl-{arm}"
-    extra = daemon_extra(arm, settings, skill_file)
+    extra = daemon_extra(arm, settings, solver_toml)
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
                        seed=seed, spot_budget=settings.spot_budget)
     log = workdir / "propel.log"
@@ -370,12 +381,12 @@ def heldout_accuracy(solver: SolverBackend, settings: LoopSettings, seed: int) -
     return sum(o == "pass" for o in outcomes) / max(1, len(outcomes))
 
 
-def measure_in_band(result: ArmResult, learner: Learner, settings: LoopSettings) -> None:
+def measure_in_band(result: ArmResult, learner: Learner, settings: LoopSettings, max_tokens: int = 256) -> None:
     """Each round: a seeded sample of its served tasks, ``measure_k`` attempts by the round's checkpoint."""
     band = Band(settings.measure_k, 1, 3, min(BAND.min_valid_trials, settings.measure_k))
     for rec in result.rounds:
         rng = random.Random(result.seed * 1_009 + rec.round)
         sample = rng.sample(rec.served, min(settings.measure_tasks, len(rec.served)))
         labels = label_tasks(ArithDomain(), learner.solver_at(rec.version), [task_of(p) for p in sample], band,
-                             Sampling(seed=5_000 + rec.round))
+                             Sampling(max_tokens=max_tokens, seed=5_000 + rec.round))
         rec.in_band = sum(bool(lab.in_band) for lab in labels) / max(1, len(labels))

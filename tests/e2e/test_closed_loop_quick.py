@@ -28,10 +28,10 @@ def test_closed_loop_quick_writes_every_arm_round_and_metric(tmp_path: Path) -> 
     assert data["commit"] and data["commit"] != "unknown"
     [(row, table)] = data["rows"].items()
     assert "SYNTHETIC" in row
-    rounds = data["settings"]["rounds"]
+    rounds = data["settings"][row]["rounds"]
     assert set(table) == {"continuous", "static", "base", "corpus"}
     for arm, t in table.items():
-        assert t["steps"] == [data["settings"]["steps_per_round"] * (r + 1) for r in range(rounds)]
+        assert t["steps"] == [data["settings"][row]["steps_per_round"] * (r + 1) for r in range(rounds)]
         for metric in ("in_band", "useful_share", "heldout_accuracy", "daemon_trials"):
             assert len(t[metric]["mean"]) == rounds and len(t[metric]["std"]) == rounds, (arm, metric)
             assert all(v >= 0 for v in t[metric]["mean"]), (arm, metric)
