@@ -38,8 +38,8 @@ _DOMAIN = ArithDomain()
 class PretrainSettings:
     """Every setting that shapes the pretrained solver (all of them key the cache)."""
 
-    steps: int = 2500
-    batch_size: int = 64
+    steps: int = 1500
+    batch_size: int = 32
     lr: float = 3e-3
     hidden_size: int = 128
     num_layers: int = 4
