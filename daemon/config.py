@@ -139,8 +139,10 @@ class SolverConfig(_Section):
 
     backend: Literal["openai", "hf", "synthetic"] = "synthetic"
     base_url: str | None = Field(default=None, description="OpenAI-compatible server, e.g. http://vllm:8000/v1")
-    model: str | None = None
-    timeout_s: float = Field(default=120.0, gt=0)
+    model: str | None = Field(default=None, description="openai: the served model; hf: a hub id or local path, "
+                              "or a checkpoint per version: \"/ckpt/{version}\" loads /ckpt/step-N for version step-N")
+    timeout_s: float = Field(default=120.0, gt=0, description="per request; hf with {version}: how long a missing "
+                             "checkpoint folder is waited for")
     max_concurrency: int = Field(default=8, ge=1)
     max_retries: int = Field(default=3, ge=0)
     temperature: float = Field(default=1.0, ge=0)
@@ -175,6 +177,13 @@ class SolverConfig(_Section):
                 raise ValueError("solver.model is required when solver.backend = 'openai'")
         if self.backend == "hf" and not self.model:
             raise ValueError("solver.model (a local path or hub id) is required when solver.backend = 'hf'")
+        if self.model and "{version}" in self.model:
+            if self.backend != "hf":
+                raise ValueError("solver.model with {version} (a checkpoint folder per version) needs solver.backend "
+                                 "= 'hf'")
+            if not self.version:
+                raise ValueError("solver.model names {version}: set solver.version to the checkpoint served at start "
+                                 "(e.g. \"step-0\"); announced versions replace it")
         from curriculum.solver_versions import derive_order
 
         if self.version and self.version_order is None and derive_order(self.version) is None:
