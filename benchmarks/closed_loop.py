@@ -45,7 +45,7 @@ QUICK = LoopSettings(rounds=2, steps_per_round=1, batch=4, cycles_per_round=1, m
                      heldout=32, heldout_n=1)
 FULL = LoopSettings()
 #: The LM row: a GRPO step is 4 prompts × 8 completions; the trainer paces itself (no cycle wait).
-LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0, heldout=200)
+LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0, heldout=200, max_ops=3)
 
 
 def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdir: Path) -> ArmResult:

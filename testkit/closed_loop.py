@@ -82,6 +82,7 @@ class LoopSettings:
     start_skill: float = 6.0  # synthetic: the solver's start offset (the synthetic backend's default)
     skill_per_useful_group: float = 0.03  # synthetic: skill gained per non-zero-variance GRPO group
     lease_timeout_s: float = 900.0  # a trainer step waits this long for a batch, then the arm fails
+    max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
     daemon_extra: str = ""  # extra daemon config TOML (appended)
 
 
@@ -171,24 +172,24 @@ class SyntheticLearner:
 
 
 # ---- task sources for the baseline arms -------------------------------------------------------------
-def base_tasks(generator: Path, n: int, seed: int) -> list[Task]:
+def base_tasks(generator: Path, n: int, seed: int, max_ops: int = 6) -> list[Task]:
     """``n`` distinct valid tasks sampled from the untrained (bootstrapped, no RL) generator."""
     from curriculum.bootstrap import load_bootstrapped, sample_completions
 
     model, tok = load_bootstrapped(generator)
-    return _valid_unique(lambda i: sample_completions(model, tok, 2 * n, seed=seed * 1_000 + i), n)
+    return _valid_unique(lambda i: sample_completions(model, tok, 2 * n, seed=seed * 1_000 + i), n, max_ops)
 
 
-def corpus_tasks(n: int, seed: int) -> list[Task]:
+def corpus_tasks(n: int, seed: int, max_ops: int = 6) -> list[Task]:
     """``n`` distinct tasks drawn from the bootstrap corpus (the generator's pre-training mix)."""
     from curriculum.bootstrap import expression_batch
 
     rng = random.Random(10_000 + seed)
-    return _valid_unique(lambda _: expression_batch(rng, 2 * n), n)
+    return _valid_unique(lambda _: expression_batch(rng, 2 * n), n, max_ops)
 
 
-def _valid_unique(draw: Any, n: int) -> list[Task]:
-    domain, out, seen = ArithDomain(), [], set()
+def _valid_unique(draw: Any, n: int, max_ops: int) -> list[Task]:
+    domain, out, seen = ArithDomain(max_ops=max_ops), [], set()
     for i in range(20):
         for v in domain.validate_batch(draw(i)):
             if v.valid and v.task.content_hash not in seen:
@@ -267,7 +268,8 @@ def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
         name, frontier = SOLVER_NAME, f"refresh_every_labels = {settings.steps_per_round * settings.batch}\n"
     else:
         name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"
-    return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{settings.daemon_extra}'
+    domain = f"[domain]\noptions = {{ max_ops = {settings.max_ops} }}\n" if settings.max_ops != 6 else ""
+    return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{domain}{settings.daemon_extra}'
 
 
 @contextmanager
@@ -283,8 +285,9 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
     if arm in DAEMON_ARMS:
         proc = propel(cfg, "run", log=log, wait=False)
     else:
-        n = settings.rounds * settings.steps_per_round * settings.batch
-        tasks = base_tasks(generator, n, seed) if arm == "base" else corpus_tasks(n, seed)
+        n = 2 * settings.rounds * settings.steps_per_round * settings.batch  # the trainer may read ahead
+        tasks = (base_tasks(generator, n, seed, settings.max_ops) if arm == "base"
+                 else corpus_tasks(n, seed, settings.max_ops))
         (workdir / "tasks.jsonl").write_text(task_records(tasks, arm, run))
         propel(cfg, "db", "upgrade", log=log)
         propel(cfg, "tasks", "import", str(workdir / "tasks.jsonl"), "--create-run", log=log)

@@ -55,17 +55,21 @@ class LMLearner:
 
     def solver_toml(self) -> str:
         """The continuous daemon's hf solver serves the announced version's folder; the static one the start."""
+        common = 'backend = "hf"\nmax_tokens = 8\ntemperature = 1.0\ntimeout_s = 900\n'
         if self.arm == "continuous":
-            return f'backend = "hf"\nmodel = "{self.ckpt}/{{version}}"\nversion = "step-0"\nmax_tokens = 8\n'
-        return f'backend = "hf"\nmodel = "{self.frozen}"\nmax_tokens = 8\n'
+            return f'{common}model = "{self.ckpt}/{{version}}"\nversion = "step-0"\n'
+        return f'{common}model = "{self.frozen}"\n'
 
 
 def run_lm_arm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, generator: Path, workdir: Path,
                cache: Path, say: Any = print) -> tuple[ArmResult, LMLearner]:
     """Pretrained solver (cached per seed) → the arm's server → ``train()`` for R × S steps → records."""
+    import torch
+
     from examples import arith_solver
     from examples.trl_trainer import TrainerConfig, train
 
+    torch.set_num_threads(1)  # the daemon shares the CPU (2 threads are ~10x slower under load, README)
     base = arith_solver.pretrained(arith_solver.PretrainSettings(steps=lm.pretrain_steps, seed=seed), cache, say)
     ckpt, frozen = workdir / "ckpt", workdir / "frozen-step-0"
     shutil.copytree(base, ckpt / "step-0", dirs_exist_ok=True)
@@ -98,7 +102,7 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
                                                      .where(Label.source == "consumer",
                                                             Label.solver_name == SOLVER_NAME,
                                                             Label.solver_version == version))]
-                at = datetime.fromtimestamp(float(announces[end]["time"]), UTC).replace(tzinfo=None)
+                at = datetime.fromtimestamp(float(announces[end]["time"]), UTC)
                 trials = int(s.execute(select(func.count()).select_from(SolverTrial)
                                        .where(SolverTrial.created_at <= at)).scalar_one()) \
                     if arm in DAEMON_ARMS else 0
