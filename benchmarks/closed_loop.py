@@ -4,9 +4,10 @@ Every arm serves its tasks through the product (``propel run`` as a subprocess w
 queue, or ``propel tasks import`` + ``propel serve``), and the trainer leases, trains, acks and announces
 with ``propel_sdk``. Same solver start, same trainer steps, same daemon spot-check budget per cycle:
 
+\b
   continuous  the daemon with trainer feedback on (acks become labels, each checkpoint is announced:
               spot-checks follow the solver's versions, stale labels age out, drift re-measurement and
-              the champion/challenger primary refresh run);
+              the champion/challenger primary refresh run, also after each round of labels);
   static      the same daemon with feedback off (its spot-check solver name is not the one the trainer
               announces, drift re-measurement off): probe and labels stay on the cycle-0 solver = one
               PROPEL run;
@@ -22,6 +23,7 @@ Rows: ``synthetic`` — the synthetic solver made learnable (its skill rises wit
 non-zero variance it trains on; ALWAYS labelled synthetic, a fast sanity row). The tiny-LM row needs
 the example trainer (examples/trl_trainer.py); it is reported only when it ran.
 
+\b
 Run:  .venv/bin/python -m benchmarks.closed_loop [--quick] [--seeds 3] [--rounds 4] [--arms continuous,static]
 """
 
