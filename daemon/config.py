@@ -139,8 +139,10 @@ class SolverConfig(_Section):
 
     backend: Literal["openai", "hf", "synthetic"] = "synthetic"
     base_url: str | None = Field(default=None, description="OpenAI-compatible server, e.g. http://vllm:8000/v1")
-    model: str | None = None
-    timeout_s: float = Field(default=120.0, gt=0)
+    model: str | None = Field(default=None, description="openai: the served model; hf: a hub id or local path, "
+                              "or a checkpoint per version: \"/ckpt/{version}\" loads /ckpt/step-N for version step-N")
+    timeout_s: float = Field(default=120.0, gt=0, description="per request; hf with {version}: how long a missing "
+                             "checkpoint folder is waited for")
     max_concurrency: int = Field(default=8, ge=1)
     max_retries: int = Field(default=3, ge=0)
     temperature: float = Field(default=1.0, ge=0)
@@ -159,6 +161,10 @@ class SolverConfig(_Section):
     synthetic_skill_by_version: dict[str, float] = Field(
         default_factory=dict, description="synthetic solver only (a benchmark instrument): its offset — the "
         "complexity it solves half the time — per announced version, to simulate an improving solver")
+    synthetic_skill_file: Path | None = Field(
+        default=None, description="synthetic solver only (a benchmark instrument): a JSON file {version: offset} "
+        "re-read at every spot-check, written by a fake trainer before it announces a version; its entries win "
+        "over synthetic_skill_by_version")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -171,6 +177,13 @@ class SolverConfig(_Section):
                 raise ValueError("solver.model is required when solver.backend = 'openai'")
         if self.backend == "hf" and not self.model:
             raise ValueError("solver.model (a local path or hub id) is required when solver.backend = 'hf'")
+        if self.model and "{version}" in self.model:
+            if self.backend != "hf":
+                raise ValueError("solver.model with {version} (a checkpoint folder per version) needs solver.backend "
+                                 "= 'hf'")
+            if not self.version:
+                raise ValueError("solver.model names {version}: set solver.version to the checkpoint served at start "
+                                 "(e.g. \"step-0\"); announced versions replace it")
         from curriculum.solver_versions import derive_order
 
         if self.version and self.version_order is None and derive_order(self.version) is None:
@@ -180,6 +193,8 @@ class SolverConfig(_Section):
             raise ValueError("solver.version_order needs solver.version")
         if self.synthetic_skill_by_version and self.backend != "synthetic":
             raise ValueError("solver.synthetic_skill_by_version only applies to solver.backend = 'synthetic'")
+        if self.synthetic_skill_file and self.backend != "synthetic":
+            raise ValueError("solver.synthetic_skill_file only applies to solver.backend = 'synthetic'")
         return self
 
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
-                 port: int = 0) -> Path:
+                 port: int = 0, seed: int = 0, spot_budget: int = 12) -> Path:
     """A small, fast daemon config (the embedded defaults shrunk for CPU tests)."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
+seed = {seed}
 [store]
 url = "{db_url}"
 [generator]
@@ -30,7 +31,7 @@ steps_per_chunk = 2
 batch_size = 8
 num_generations = 4
 [spotcheck]
-budget_per_cycle = 12
+budget_per_cycle = {spot_budget}
 [emission]
 min_probability = 0.2
 [api]

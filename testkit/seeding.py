@@ -35,3 +35,20 @@ def wait_renewed(store: Store, task_id: int, after: datetime, timeout_s: float =
             return until
         time.sleep(0.1)
     raise TimeoutError(f"the lease of task {task_id} was not renewed within {timeout_s} s")
+
+
+def seed_arith(store: Store, exprs: list[str], run: str = "api") -> list[int]:
+    """One queued task per arith expression of run ``run``, its message built as the daemon builds it
+    (``solver_prompt``, ``grading`` …); returns their task ids."""
+    from curriculum.domains.arith import ArithDomain
+    from testkit.messages import frontier_message
+
+    domain = ArithDomain()
+    tasks = [domain.check(domain.parse(e).task).task for e in exprs]  # type: ignore[arg-type]
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, run, "h", {})
+        ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", t.content_hash, t.text, True, t.payload)
+                                         for t in tasks])
+        queue.enqueue(s, [(tid, run_id, domain.topic(t), frontier_message(domain, t, tid, domain.topic(t)))
+                          for tid, t in zip(ids, tasks, strict=True)])
+    return ids

@@ -45,11 +45,15 @@ def build_solver(backend: str, *, model: str | None = None, base_url: str | None
                                         max_concurrency=max_concurrency,
                                         retry=RetryPolicy(max_retries=max_retries), **(options or {}))
     elif backend == "hf":
-        from curriculum.solvers.hf import HFSolver
+        from curriculum.solvers.hf import VERSION_FIELD, HFSolver, VersionedHFSolver
 
         if not model:
             raise ValueError("the hf solver needs a model (hub id or local path)")
-        solver = HFSolver.from_pretrained(model, **(options or {}))
+        if VERSION_FIELD in model:  # a checkpoint per version, loaded when a spot-check asks for it
+            solver = VersionedHFSolver(model, **(options or {}))
+        else:
+            solver = HFSolver.from_pretrained(model, **{k: v for k, v in (options or {}).items()
+                                                        if k not in ("version", "wait_s")})
     elif backend == "synthetic":
         from curriculum.solvers.synthetic import SyntheticArithSolver
 

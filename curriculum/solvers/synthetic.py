@@ -7,19 +7,25 @@ offset in ±1..10 (an off-by-something integer). Draws are seeded by (solver see
 prompt, attempt index), so the same request gives the same answers and the whole pipeline is
 reproducible. Its ``solver_id`` always starts with ``synthetic:`` so its trials can never be
 mistaken for a real solver's. :meth:`SyntheticArithSolver.set_skill` raises or lowers its skill in
-place (a new checkpoint of the same solver, announced as a new version).
+place (a new checkpoint of the same solver, announced as a new version). ``skill_file`` names a JSON
+object ``{version: offset}`` re-read at every :meth:`~SyntheticArithSolver.serve_version` (its
+entries win over ``skill_by_version``): a benchmark's fake trainer writes the skill its training
+reached there before it announces the version (``benchmarks/closed_loop.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import re
 import time
+from pathlib import Path
 
 from curriculum.domains.arith import ArithError, analyse, complexity
 from curriculum.domains.base import Task
+from curriculum.fsutil import atomic_write
 from curriculum.solvers.base import Completion, Sampling
 
 _PROMPT_EXPR = re.compile(r"Compute:\s*([0-9+\-*() ]+?)\s*(?:\n|$)")
@@ -29,17 +35,20 @@ class SyntheticArithSolver:
     """Logistic-in-complexity success probability; seeded; labelled ``synthetic:``."""
 
     def __init__(self, slope: float = 1.0, offset: float = 6.0, seed: int = 0,
-                 skill_by_version: dict[str, float] | None = None) -> None:
+                 skill_by_version: dict[str, float] | None = None, skill_file: str | Path | None = None) -> None:
         self.slope = slope
         self.offset = self.base_offset = offset
         self.seed = seed
         self.skill_by_version = dict(skill_by_version or {})
+        self.skill_file = Path(skill_file) if skill_file else None
         self.solver_id = f"synthetic:arith-logistic(slope={slope:g},offset={offset:g},seed={seed})"
 
     def serve_version(self, version: str) -> None:
         """Act as checkpoint ``version``: its offset from ``skill_by_version`` (else the base offset).
-        Spot-checks call this with the version they record trials under (benchmarks of drift)."""
-        self.offset = self.skill_by_version.get(version, self.base_offset)
+        Spot-checks call this with the version they record trials under (benchmarks of drift).
+        With a ``skill_file``, its entries (re-read now) win over ``skill_by_version``."""
+        skills = {**self.skill_by_version, **read_skill_file(self.skill_file)}
+        self.offset = skills.get(version, self.base_offset)
 
     def set_skill(self, offset: float) -> None:
         """Change the solver's skill (the complexity at which it succeeds half the time) in place —
@@ -76,3 +85,20 @@ class SyntheticArithSolver:
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         """``n`` answers per prompt, in order (the SolverBackend contract)."""
         return [[self._answer(prompt, i, sampling) for i in range(n)] for prompt in prompts]
+
+
+def read_skill_file(path: Path | None) -> dict[str, float]:
+    """``{version: offset}`` from a skill file; ``{}`` when there is none yet (a missing file is a solver
+    no trainer has announced a version of). A file that is not a JSON object of numbers raises ValueError."""
+    if path is None or not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    if not isinstance(data, dict) or not all(isinstance(v, int | float) for v in data.values()):
+        raise ValueError(f"synthetic skill file {path}: expected a JSON object {{version: offset}}")
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def write_skill_file(path: Path, version: str, offset: float) -> None:
+    """Record ``version``'s offset in the skill file (crash-safe; other versions kept)."""
+    skills = {**read_skill_file(path), version: float(offset)}
+    atomic_write(path, json.dumps(skills, sort_keys=True).encode())

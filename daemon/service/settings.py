@@ -30,8 +30,12 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
                           "artificial_latency_s": s.artificial_latency_s, "seed": cfg.seed}
     if s.backend == "openai":
         kw["options"] = {"endpoint": s.endpoint}
+    if s.backend == "hf" and s.model and "{version}" in s.model:  # a checkpoint folder per version
+        kw["options"] = {"version": s.version, "wait_s": s.timeout_s}
     if s.backend == "synthetic" and s.synthetic_skill_by_version:
         kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
+    if s.backend == "synthetic" and s.synthetic_skill_file:
+        kw["options"] = {**kw.get("options", {}), "skill_file": str(s.synthetic_skill_file)}
     return kw
 
 

@@ -57,6 +57,9 @@ def test_frozen() -> None:
     ('[broker]\nvisibility_timeout_s = 100\ntask_time_limit_s = 200\n', "broker", "below"),
     ('run_name = "has space"\n', "run_name", "pattern"),
     ('[store\n', "(syntax)", "invalid TOML"),
+    ('[solver]\nbackend = "hf"\nmodel = "/ckpt/{version}"\n', "solver", "set solver.version"),
+    ('[solver]\nbackend = "openai"\nbase_url = "http://x"\nmodel = "/c/{version}"\nversion = "step-0"\n', "solver",
+     "needs solver.backend = 'hf'"),
 ])
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:

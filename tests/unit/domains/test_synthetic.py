@@ -59,3 +59,20 @@ def test_skill_follows_the_served_version_and_the_name_stays() -> None:
     solver.set_skill(9.0)
     solver.serve_version("step-7")  # not in the map: the (new) base skill
     assert solver.success_probability(hard) == strong
+
+
+def test_skill_file_is_reread_per_version_and_wins(tmp_path) -> None:
+    from curriculum.solvers.synthetic import SyntheticArithSolver, write_skill_file
+
+    path = tmp_path / "skills.json"
+    solver = SyntheticArithSolver(offset=4.0, skill_by_version={"step-2": 9.0}, skill_file=path)
+    solver.serve_version("step-2")  # no file yet: the config's map
+    assert solver.offset == 9.0
+    write_skill_file(path, "step-2", 5.5)
+    write_skill_file(path, "step-4", 7.0)
+    solver.serve_version("step-2")
+    assert solver.offset == 5.5
+    solver.serve_version("step-4")
+    assert solver.offset == 7.0
+    solver.serve_version("step-9")
+    assert solver.offset == 4.0

@@ -1,0 +1,282 @@
+"""Closed loop: a solver trainer downstream of the real daemon, on arith, for R rounds, four arms.
+
+Every arm serves its tasks through the product (``propel run`` as a subprocess with its HTTP API and
+queue, or ``propel tasks import`` + ``propel serve``), and the trainer leases, trains, acks and announces
+with ``propel_sdk``. Same solver start, same trainer steps, same daemon spot-check budget per cycle:
+
+\b
+  continuous  the daemon with trainer feedback on (acks become labels, each checkpoint is announced:
+              spot-checks follow the solver's versions, stale labels age out, drift re-measurement and
+              the champion/challenger primary refresh run, also after each round of labels);
+  static      the same daemon with feedback off (its spot-check solver name is not the one the trainer
+              announces, drift re-measurement off): probe and labels stay on the cycle-0 solver = one
+              PROPEL run;
+  base        valid tasks of the untrained (bootstrapped, no RL) generator, imported;
+  corpus      tasks drawn from the bootstrap corpus, imported.
+
+Per round: the in-band rate of the served tasks measured independently (k = 8 attempts by the checkpoint
+that trained on them, outside every arm's budget), the share of the trainer's GRPO groups with non-zero
+reward variance, the solver's accuracy on a fixed held-out arithmetic set, and the daemon's solver trials.
+Mean ± std over seeds; JSON + PNG (benchmarks/results/closed_loop.*; PROPEL_BENCH_RESULTS redirects).
+
+Rows: ``synthetic`` — the synthetic solver made learnable (its skill rises with the GRPO groups of
+non-zero variance it trains on; ALWAYS labelled synthetic, a fast sanity row). The tiny-LM row needs
+the example trainer (examples/trl_trainer.py); it is reported only when it ran.
+
+\b
+Run:  .venv/bin/python -m benchmarks.closed_loop [--quick] [--seeds 3] [--rounds 4] [--arms continuous,static]
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from benchmarks._common import RESULTS, write_result
+from testkit.closed_loop import ARMS, ArmResult, LoopSettings, SyntheticLearner, measure_in_band, run_arm, serve_arm
+from testkit.closed_loop_lm import LMSettings
+
+METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials")
+QUICK = LoopSettings(rounds=2, steps_per_round=1, batch=4, cycles_per_round=1, measure_tasks=4,
+                     heldout=32, heldout_n=1)
+FULL = LoopSettings()
+#: The LM row: a GRPO step is 4 prompts × 8 completions; the trainer paces itself (no cycle wait).
+LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0, heldout=200, max_ops=3)
+
+
+def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdir: Path) -> ArmResult:
+    """One arm, one seed, synthetic learner: serve, train R rounds, then measure in-band."""
+    skill_file = workdir / "skills.json"
+    learner = SyntheticLearner(settings, seed, skill_file)
+    with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml()) as server:
+        result = run_arm(arm, learner, server, settings, seed, log=lambda m: click.echo(m, err=True))
+    measure_in_band(result, learner, settings)
+    return result
+
+
+def per_round(result: ArmResult) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {m: [] for m in METRICS}
+    for r in result.rounds:
+        out["in_band"].append(float(r.in_band or 0.0))
+        out["useful_share"].append(r.useful_groups / max(1, r.groups))
+        out["heldout_accuracy"].append(float(r.heldout_accuracy or 0.0))
+        out["daemon_trials"].append(float(r.daemon_trials))
+    return out
+
+
+def aggregate(results: list[ArmResult]) -> dict[str, Any]:
+    """Mean ± std over seeds per round, per metric; plus the start accuracy and steps per round."""
+    curves = [per_round(r) for r in results]
+    out: dict[str, Any] = {"seeds": [r.seed for r in results], "steps": [x.steps for x in results[0].rounds],
+                           "start_heldout": float(np.mean([r.start_heldout for r in results]))}
+    for m in METRICS:
+        arr = np.array([c[m] for c in curves], dtype=float)
+        out[m] = {"mean": arr.mean(0).round(4).tolist(), "std": arr.std(0).round(4).tolist(),
+                  "per_seed": arr.round(4).tolist()}
+    out["wall_s"] = float(np.mean([r.rounds[-1].wall_s for r in results]))
+    return out
+
+
+def steps_to_reach(arm: dict[str, Any], target: float) -> float | None:
+    """Trainer steps at which the arm's mean held-out accuracy first reaches ``target`` (linear
+    interpolation between rounds, from the start accuracy at step 0); None if never."""
+    xs = [0, *arm["steps"]]
+    ys = [arm["start_heldout"], *arm["heldout_accuracy"]["mean"]]
+    for i in range(1, len(xs)):
+        if ys[i] >= target:
+            if ys[i - 1] >= target:
+                return float(xs[i - 1])
+            return float(xs[i - 1] + (xs[i] - xs[i - 1]) * (target - ys[i - 1]) / (ys[i] - ys[i - 1]))
+    return None
+
+
+def goals(table: dict[str, Any]) -> dict[str, Any]:
+    """The issue's goals, measured (never tuned to): value, target, met."""
+    out: dict[str, Any] = {}
+    a, b, c = table.get("continuous"), table.get("static"), table.get("base")
+    if a:
+        first, last = a["in_band"]["mean"][0], a["in_band"]["mean"][-1]
+        out["continuous_final_vs_first_in_band"] = _goal(last / first if first else None, ">= 0.8")
+    if a and b:
+        last_b = b["in_band"]["mean"][-1]
+        out["continuous_vs_static_final_in_band"] = _goal(a["in_band"]["mean"][-1] / last_b if last_b else None,
+                                                          ">= 1.5")
+    if a and c:
+        ua, uc = np.mean(a["useful_share"]["mean"]), np.mean(c["useful_share"]["mean"])
+        out["continuous_vs_base_useful_groups"] = _goal(float(ua / uc) if uc else None, ">= 2.0")
+        target, total = c["heldout_accuracy"]["mean"][-1], c["steps"][-1]
+        reach = steps_to_reach(a, target)
+        goal = _goal(reach / total if reach is not None else None, "<= 0.7")
+        if target <= a["start_heldout"]:  # base never beat the common start: reaching it proves nothing
+            goal = {**goal, "met": None, "vacuous": "base's final held-out accuracy is not above the start's"}
+        out["continuous_steps_to_base_final_accuracy"] = {**goal, "steps": reach, "base_steps": total,
+                                                          "base_final_accuracy": target}
+    return out
+
+
+def _goal(value: float | None, target: str) -> dict[str, Any]:
+    op, bound = target.split()
+    met = None if value is None else (value >= float(bound) if op == ">=" else value <= float(bound))
+    return {"value": None if value is None else round(float(value), 4), "target": target, "met": met}
+
+
+def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(rows), len(METRICS), figsize=(4.2 * len(METRICS), 3.4 * len(rows)), squeeze=False)
+    for i, (row, table) in enumerate(rows.items()):
+        for j, m in enumerate(METRICS):
+            ax = axes[i][j]
+            for arm, t in table.items():
+                mean, std, steps = np.array(t[m]["mean"]), np.array(t[m]["std"]), t["steps"]
+                if m == "heldout_accuracy":  # from the common start checkpoint
+                    mean, std, steps = np.r_[t["start_heldout"], mean], np.r_[0.0, std], [0, *steps]
+                ax.errorbar(steps, mean, yerr=std, marker="o", capsize=3, label=arm)
+            ax.set_title(m.replace("_", " "), fontsize=10)
+            ax.set_xlabel("trainer steps")
+            ax.grid(alpha=0.3)
+        axes[i][0].set_ylabel(row.split(" (")[0] + (" (SYNTHETIC)" if "SYNTHETIC" in row else ""))
+        axes[i][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [f"Settings per row: {meta['settings']}; commit see JSON.", ""]
+    for row, table in rows.items():
+        lines += [f"**{row}** (final round; mean ± std over seeds)", "",
+                  "| arm | in-band (first → final) | useful GRPO groups | held-out acc (start → final) | "
+                  "daemon trials |",
+                  "| --- | --- | --- | --- | --- |"]
+        for arm, t in table.items():
+            ib, us, ha, tr = (t[m] for m in METRICS)
+            lines.append(f"| {arm} | {ib['mean'][0]:.2f} → {ib['mean'][-1]:.2f} ± {ib['std'][-1]:.2f} | "
+                         f"{np.mean(us['mean']):.2f} | {t['start_heldout']:.3f} → {ha['mean'][-1]:.3f} ± "
+                         f"{ha['std'][-1]:.3f} | {tr['mean'][-1]:.0f} |")
+        lines += ["", "| goal | value | target | met |", "| --- | --- | --- | --- |"]
+        for g, v in goal_rows[row].items():
+            lines.append(f"| {g} | {v['value']} | {v['target']} | {v['met']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+SYNTHETIC_ROW = "synthetic (learnable synthetic solver, SYNTHETIC)"
+LM_ROW = "tiny LM (examples/trl_trainer.py, GRPO)"
+
+
+def run_one_lm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, generator: Path, workdir: Path,
+               cache: Path) -> ArmResult:
+    """One arm, one seed, the tiny-LM trainer; in-band measured by each round's checkpoint afterwards."""
+    from testkit.closed_loop_lm import run_lm_arm
+
+    result, learner = run_lm_arm(arm, seed, settings, lm, generator, workdir, cache,
+                                 say=lambda m: click.echo(m, err=True))
+    measure_in_band(result, learner, settings, max_tokens=8)
+    return result
+
+
+def run_row(row: str, settings: LoopSettings, seeds: int, arms: tuple[str, ...], generator: Path,
+            data_dir: Path, lm: LMSettings, keep: bool = False) -> list[ArmResult]:
+    results: list[ArmResult] = []
+    for seed in range(seeds):
+        for arm in arms:
+            work = Path(tempfile.mkdtemp(prefix=f"cl-{arm}-{seed}-", dir=data_dir))
+            if row == SYNTHETIC_ROW:
+                results.append(run_one(arm, seed, settings, generator, work))
+            else:
+                results.append(run_one_lm(arm, seed, settings, lm, generator, work, data_dir / "solver-cache"))
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], generator_steps: int, data_dir: Path,
+        name: str, lm: LMSettings, keep: bool = False) -> dict[str, Any]:
+    """Every row of ``plan`` (row → settings, seeds), every arm; JSON + PNG + markdown."""
+    from curriculum.bootstrap import bootstrap
+
+    started = time.perf_counter()
+    generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
+    rows: dict[str, dict[str, Any]] = {}
+    per_seed: dict[str, Any] = {}
+    for row, (settings, seeds) in plan.items():
+        results = run_row(row, settings, seeds, arms, generator, data_dir, lm, keep)
+        rows[row] = {arm: aggregate([r for r in results if r.arm == arm]) for arm in arms}
+        per_seed[row] = [r.to_json() for r in results]
+    goal_rows = {row: goals(t) for row, t in rows.items()}
+    meta = {"settings": {row: {**vars(st), "seeds": n} for row, (st, n) in plan.items()}, "arms": list(arms),
+            "generator_bootstrap_steps": generator_steps, "lm": vars(lm) if LM_ROW in plan else None,
+            "wall_s": round(time.perf_counter() - started, 1)}
+    notes = [f"{SYNTHETIC_ROW}: the synthetic solver made learnable (skill += skill_per_useful_group per GRPO group of "
+             "non-zero reward variance it trains on) — SYNTHETIC, a sanity row, not a model"]
+    if LM_ROW not in plan:
+        notes.append("tiny-LM row: not run in this result")
+    data = {**meta, "rows": rows, "goals": goal_rows, "per_seed": per_seed, "notes": notes,
+            "markdown": markdown(rows, goal_rows, meta)}
+    path = write_result(name, data)
+    plot(rows, RESULTS / f"{name}.png")
+    click.echo(f"wrote {path} and {RESULTS / (name + '.png')} in {data['wall_s']:.0f} s")
+    click.echo(data["markdown"])
+    return data
+
+
+@click.command(help=__doc__)
+@click.option("--quick", is_flag=True, help="2 rounds of 1 step of 4 tasks, 1 seed (a test of the pipeline)")
+@click.option("--seeds", type=int, default=None, help="seeds (default 3; --quick: 1)")
+@click.option("--rounds", type=int, default=None, help="rounds R (default 4; --quick: 2)")
+@click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4)")
+@click.option("--arms", default=",".join(ARMS), show_default=True, help="comma-separated subset of the arms")
+@click.option("--generator-steps", type=int, default=300, show_default=True,
+              help="bootstrap steps of the tiny arith generator (cached under DATA_DIR/models)")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".bench/closed_loop"),
+              show_default=True)
+@click.option("--rows", default="synthetic,lm", show_default=True,
+              help="synthetic (fast sanity row) and/or lm (the tiny-LM trainer; --quick: synthetic only)")
+@click.option("--lm-seeds", type=int, default=None, help="seeds of the LM row (default: --seeds)")
+@click.option("--lm-steps-per-round", type=int, default=LM_FULL.steps_per_round, show_default=True,
+              help="GRPO steps per round of the LM row")
+@click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
+              help="supervised steps of the LM solver before GRPO (cached)")
+@click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
+@click.option("--name", default="closed_loop", show_default=True, help="result file name")
+def main(quick: bool, seeds: int | None, rounds: int | None, steps_per_round: int | None, arms: str,
+         generator_steps: int, data_dir: Path, rows: str, lm_seeds: int | None, lm_steps_per_round: int,
+         lm_pretrain_steps: int, keep_workdirs: bool, name: str) -> None:
+    from dataclasses import replace
+
+    settings = QUICK if quick else FULL
+    if rounds:
+        settings = replace(settings, rounds=rounds)
+    if steps_per_round:
+        settings = replace(settings, steps_per_round=steps_per_round)
+    chosen = tuple(a.strip() for a in arms.split(",") if a.strip())
+    unknown = [a for a in chosen if a not in ARMS]
+    if unknown:
+        raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS)}")
+    kinds = {r.strip() for r in rows.split(",") if r.strip()}
+    if kinds - {"synthetic", "lm"}:
+        raise click.UsageError(f"unknown row(s) {', '.join(sorted(kinds - {'synthetic', 'lm'}))}: synthetic, lm")
+    n = seeds or (1 if quick else 3)
+    plan: dict[str, tuple[LoopSettings, int]] = {}
+    if "synthetic" in kinds:
+        plan[SYNTHETIC_ROW] = (settings, n)
+    if "lm" in kinds and not quick:
+        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds)
+        plan[LM_ROW] = (lm_settings, lm_seeds or n)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    run(plan, chosen, generator_steps, data_dir.absolute(), name,
+        LMSettings(pretrain_steps=lm_pretrain_steps), keep_workdirs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+"""The closed-loop harness: a solver trainer downstream of the real daemon, round by round.
+
+Shared by ``benchmarks/closed_loop.py`` and its quick test. Every arm serves tasks the way users get
+them: through the product's HTTP API (``propel run`` for the daemon arms, ``propel tasks import`` +
+``propel serve`` for the baselines), leased and acked with :class:`propel_sdk.client.PropelClient`.
+
+Arms (same solver start, same trainer steps, same daemon spot-check budget per cycle):
+
+* ``continuous`` — ``propel run`` with trainer feedback on: the trainer acks its outcomes and announces
+  each checkpoint under the daemon's solver name, so spot-checks follow the current version, labels age
+  by the staleness policy, drift is re-measured and the primary probe is refreshed (champion/challenger)
+  on drift and after every round's worth of new labels (``frontier.refresh_every_labels``);
+* ``static`` — the same daemon with feedback off: its solver name (``solver.name``) differs from the
+  one the trainer acks and announces under, and ``frontier.drift_budget_share = 0``. Its spot-checks
+  stay on the cycle-0 solver — one PROPEL run whose labels never see the trainer's checkpoints;
+* ``base`` — valid tasks sampled from the untrained (bootstrapped, no RL) generator, imported;
+* ``corpus`` — tasks drawn from the bootstrap corpus (the generator's pre-training distribution), imported.
+
+The *learner* (the trainer's model of the solver) is pluggable: :class:`SyntheticLearner` is the fast
+sanity instrument — ALWAYS labelled synthetic — whose skill (the synthetic solver's offset) rises with
+the GRPO groups of non-zero reward variance it trains on; it writes each checkpoint's skill to the skill
+file the daemon's synthetic spot-check solver reads (``solver.synthetic_skill_file``).
+
+Measurement happens after an arm finishes, outside every arm's budget: the tasks served in each round
+are labelled with k attempts by the checkpoint that trained on them (the version current when they were
+leased), with the product's grader (:func:`curriculum.spotcheck.label_tasks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+
+from curriculum.domains.arith import ArithDomain
+from curriculum.domains.base import Task
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.solvers.synthetic import SyntheticArithSolver, write_skill_file
+from curriculum.spotcheck import grade_outcome, label_tasks
+from curriculum.store.db import Store
+from curriculum.store.models import SolverTrial
+from probes.band import Band
+from propel_sdk.client import Ack, LeasedTask, PropelClient
+from testkit.configs import write_config
+from testkit.servers import free_port
+
+ARMS = ("continuous", "static", "base", "corpus")
+DAEMON_ARMS = ("continuous", "static")
+SOLVER_NAME = "arith-solver"  # what the trainer acks and announces under
+FROZEN_NAME = "arith-solver-frozen"  # the static daemon's spot-check solver name: the trainer never announces it
+BAND = Band(8, 1, 3, 6)  # the run's utility band (k = 8, 1-3 solves)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """One closed-loop run's shape (every arm gets the same)."""
+
+    rounds: int = 4
+    steps_per_round: int = 4
+    batch: int = 16  # tasks per trainer step (GRPO prompts)
+    cycles_per_round: int = 3  # daemon arms: a round starts once the daemon has run this many more cycles
+    group: int = 8  # completions per task (num_generations)
+    measure_k: int = 8  # independent in-band measurement: attempts per served task
+    measure_tasks: int = 32  # served tasks measured per round (a seeded sample)
+    heldout: int = 256  # fixed held-out arithmetic test set
+    heldout_n: int = 4  # attempts per held-out task
+    spot_budget: int = 12  # daemon spot-check tasks per cycle (both daemon arms)
+    start_skill: float = 6.0  # synthetic: the solver's start offset (the synthetic backend's default)
+    skill_per_useful_group: float = 0.03  # synthetic: skill gained per non-zero-variance GRPO group
+    lease_timeout_s: float = 900.0  # a trainer step waits this long for a batch, then the arm fails
+    max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
+    daemon_extra: str = ""  # extra daemon config TOML (appended)
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    version: str  # the checkpoint the round's tasks were served to (current when leased)
+    steps: int  # trainer steps done by the end of the round
+    served: list[dict[str, Any]]  # the served tasks' grading payloads
+    groups: int
+    useful_groups: int
+    daemon_trials: int  # solver trials the daemon has spent so far (cumulative)
+    daemon_cycle: int
+    wall_s: float
+    heldout_accuracy: float | None = None  # of the checkpoint at the end of the round
+    in_band: float | None = None  # measured later, k attempts by ``version``
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    seed: int
+    start_heldout: float
+    rounds: list[RoundRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for r in out["rounds"]:
+            r["served"] = len(r["served"])
+        return out
+
+
+class Learner(Protocol):
+    """The trainer's side: rolls a batch out, updates, checkpoints as a version, answers as a version."""
+
+    synthetic: bool
+    version: str
+
+    def solver_toml(self) -> str: ...  # the daemon's [solver] keys besides its name
+
+    def train_step(self, tasks: Sequence[Task]) -> list[int]: ...  # solves of ``group`` per task
+
+    def checkpoint(self, version: str) -> None: ...
+
+    def solver_at(self, version: str) -> SolverBackend: ...
+
+
+def task_of(message_grading: dict[str, Any]) -> Task:
+    """The arith task a served message's grading payload describes (what the grader needs)."""
+    return Task("arith", str(message_grading["expr"]), dict(message_grading))
+
+
+class SyntheticLearner:
+    """A fake trainer: the synthetic solver whose skill rises by ``skill_per_useful_group`` for every
+    GRPO group with non-zero reward variance it trains on. SYNTHETIC — a sanity instrument only."""
+
+    synthetic = True
+
+    def __init__(self, settings: LoopSettings, seed: int, skill_file: Path) -> None:
+        self.s, self.seed, self.skill_file = settings, seed, skill_file
+        self.skill = settings.start_skill
+        self.skills: dict[str, float] = {"": settings.start_skill}
+        self.version, self.steps = "", 0
+        self.domain = ArithDomain()
+
+    def train_step(self, tasks: Sequence[Task]) -> list[int]:
+        solver = SyntheticArithSolver(offset=self.skill, seed=self.seed)
+        comps = solver.generate([self.domain.solver_prompt(t) for t in tasks], self.s.group,
+                                Sampling(seed=self.seed * 100_003 + self.steps))
+        solved = [sum(grade_outcome(self.domain, t, c.text) == "pass" for c in row)
+                  for t, row in zip(tasks, comps, strict=True)]
+        self.skill += self.s.skill_per_useful_group * sum(0 < n < self.s.group for n in solved)
+        self.steps += 1
+        return solved
+
+    def checkpoint(self, version: str) -> None:
+        self.skills[version] = self.skill
+        self.version = version
+        write_skill_file(self.skill_file, version, self.skill)
+
+    def solver_at(self, version: str) -> SolverBackend:
+        return SyntheticArithSolver(offset=self.skills[version], seed=self.seed + 7_777)
+
+    def solver_toml(self) -> str:
+        """The daemon's ``[solver]`` keys: the synthetic backend reading this learner's skill file."""
+        return f'synthetic_skill_file = "{self.skill_file}"\n'
+
+
+# ---- task sources for the baseline arms -------------------------------------------------------------
+def base_tasks(generator: Path, n: int, seed: int, max_ops: int = 6) -> list[Task]:
+    """``n`` distinct valid tasks sampled from the untrained (bootstrapped, no RL) generator."""
+    from curriculum.bootstrap import load_bootstrapped, sample_completions
+
+    model, tok = load_bootstrapped(generator)
+    return _valid_unique(lambda i: sample_completions(model, tok, 2 * n, seed=seed * 1_000 + i), n, max_ops)
+
+
+def corpus_tasks(n: int, seed: int, max_ops: int = 6) -> list[Task]:
+    """``n`` distinct tasks drawn from the bootstrap corpus (the generator's pre-training mix)."""
+    from curriculum.bootstrap import expression_batch
+
+    rng = random.Random(10_000 + seed)
+    return _valid_unique(lambda _: expression_batch(rng, 2 * n), n, max_ops)
+
+
+def _valid_unique(draw: Any, n: int, max_ops: int) -> list[Task]:
+    domain, out, seen = ArithDomain(max_ops=max_ops), [], set()
+    for i in range(20):
+        for v in domain.validate_batch(draw(i)):
+            if v.valid and v.task.content_hash not in seen:
+                seen.add(v.task.content_hash)
+                out.append(v.task)
+        if len(out) >= n:
+            return out[:n]
+    raise RuntimeError(f"only {len(out)} distinct valid tasks after 20 draws (wanted {n})")
+
+
+def task_records(tasks: Sequence[Task], source: str, run: str) -> str:
+    """JSONL that ``propel tasks import`` accepts (one TaskRecord per task)."""
+    domain, now = ArithDomain(), datetime.now(UTC).isoformat()
+    lines = []
+    for t in tasks:
+        lines.append(json.dumps({
+            "domain": "arith", "text": t.text, "solver_prompt": domain.solver_prompt(t), "grading": t.payload,
+            "predicted_in_band": 0.0, "spot_check": None, "topic": domain.topic(t), "band": [BAND.lo, BAND.hi],
+            "k": BAND.k, "created_at": now,
+            "provenance": {"generator_step": None, "adapter_hash": None, "probe_ensemble_id": None,
+                           "reference_model": source, "run": run}}))
+    return "\n".join(lines) + "\n"
+
+
+# ---- the arms' servers --------------------------------------------------------------------------------
+@dataclass
+class ArmServer:
+    url: str
+    db_url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    run: str
+
+    def trials(self) -> int:
+        """Solver trials the daemon has spent (every solver name it recorded)."""
+        store = Store(self.db_url)
+        try:
+            with store.session() as s:
+                return int(s.execute(select(func.count()).select_from(SolverTrial)).scalar_one())
+        except OperationalError:
+            return 0
+        finally:
+            store.dispose()
+
+    def cycle(self) -> int:
+        from sqlalchemy import text
+
+        store = Store(self.db_url)
+        try:
+            with store.session() as s:
+                row = s.execute(text("SELECT cycle FROM daemon_state")).first()
+            return int(row[0]) if row else 0
+        except OperationalError:
+            return 0
+        finally:
+            store.dispose()
+
+
+def propel(config: Path, *args: str, log: Path, wait: bool = True) -> subprocess.Popen[bytes]:
+    """Run ``propel --config CONFIG ARGS…`` as a user does (output appended to ``log``)."""
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(config), *args],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    if wait and proc.wait() != 0:
+        raise RuntimeError(f"propel {' '.join(args)} failed ({proc.returncode}): {log.read_text()[-3000:]}")
+    return proc
+
+
+def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
+    """The arm's daemon config: the continuous daemon spot-checks under the trainer's solver name (so
+    announces and acks reach it); the static one under another name, with drift re-measurement off.
+    ``solver_toml``: the learner's other ``[solver]`` keys (backend, model, skill file)."""
+    if arm == "continuous":  # primary refresh also after each round's worth of trainer outcomes (default: on
+        # drift only, and a drift measurement outlasts a round here: the next announce opens a new one)
+        name, frontier = SOLVER_NAME, f"refresh_every_labels = {settings.steps_per_round * settings.batch}\n"
+    else:
+        name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"
+    domain = f"[domain]\noptions = {{ max_ops = {settings.max_ops} }}\n" if settings.max_ops != 6 else ""
+    return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{domain}{settings.daemon_extra}'
+
+
+@contextmanager
+def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, seed: int,
+              solver_toml: str) -> Iterator[ArmServer]:
+    """Start the arm's server: ``propel run`` (daemon arms) or import + ``propel serve`` (baselines)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), f"cl-{arm}"
+    extra = daemon_extra(arm, settings, solver_toml)
+    cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
+                       seed=seed, spot_budget=settings.spot_budget)
+    log = workdir / "propel.log"
+    if arm in DAEMON_ARMS:
+        proc = propel(cfg, "run", log=log, wait=False)
+    else:
+        n = 2 * settings.rounds * settings.steps_per_round * settings.batch  # the trainer may read ahead
+        tasks = (base_tasks(generator, n, seed, settings.max_ops) if arm == "base"
+                 else corpus_tasks(n, seed, settings.max_ops))
+        (workdir / "tasks.jsonl").write_text(task_records(tasks, arm, run))
+        propel(cfg, "db", "upgrade", log=log)
+        propel(cfg, "tasks", "import", str(workdir / "tasks.jsonl"), "--create-run", log=log)
+        proc = propel(cfg, "serve", log=log, wait=False)
+    server = ArmServer(f"http://127.0.0.1:{port}", db_url, proc, log, run)
+    try:
+        yield server
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+# ---- the trainer loop ---------------------------------------------------------------------------------
+def lease_batch(client: PropelClient, server: ArmServer, n: int, timeout_s: float) -> list[LeasedTask]:
+    """Lease exactly ``n`` tasks, waiting for the daemon to emit them (the trainer blocks like a real one)."""
+    got: list[LeasedTask] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n:
+        with contextlib.suppress(httpx.TransportError):  # the API is not up yet (connection refused)
+            got += client.lease(n - len(got), lease_s=3_600, consumer="closed-loop-trainer")
+        if len(got) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(got)}/{n} tasks after {timeout_s:.0f} s; log {server.log}")
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({server.proc.returncode}): {server.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+    return got
+
+
+def wait_cycles(server: ArmServer, cycles: int, timeout_s: float) -> None:
+    """Block until the daemon has finished ``cycles`` cycles."""
+    deadline = time.monotonic() + timeout_s
+    while server.cycle() < cycles:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"daemon exited ({server.proc.returncode}): {server.log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"daemon at cycle {server.cycle()} < {cycles} after {timeout_s:.0f} s; log {server.log}")
+        time.sleep(0.5)
+
+
+def run_arm(arm: str, learner: Learner, server: ArmServer, settings: LoopSettings, seed: int,
+            log: Any = print) -> ArmResult:
+    """R rounds of S trainer steps on the arm's served tasks; announce a checkpoint after each round."""
+    result = ArmResult(arm, seed, heldout_accuracy(learner.solver_at(""), settings, seed))
+    started = time.monotonic()
+    with PropelClient(server.url, timeout_s=60) as client:
+        for r in range(settings.rounds):
+            if arm in DAEMON_ARMS:  # the trainer is slower than the daemon: it cycles while the trainer trains
+                wait_cycles(server, (r + 1) * settings.cycles_per_round, settings.lease_timeout_s)
+            version, served, groups, useful = learner.version, [], 0, 0
+            for _ in range(settings.steps_per_round):
+                leased = lease_batch(client, server, settings.batch, settings.lease_timeout_s)
+                tasks = [task_of(t.message["grading"]) for t in leased]
+                solved = learner.train_step(tasks)
+                client.ack_many([Ack(t, solved=n, n=settings.group, solver=SOLVER_NAME, version=version or None)
+                                 for t, n in zip(leased, solved, strict=True)])
+                served += [t.payload for t in tasks]
+                groups += len(solved)
+                useful += sum(0 < n < settings.group for n in solved)
+            steps = (r + 1) * settings.steps_per_round
+            learner.checkpoint(f"step-{steps}")
+            client.announce(SOLVER_NAME, learner.version)
+            rec = RoundRecord(r, version, steps, served, groups, useful, server.trials(), server.cycle(),
+                              time.monotonic() - started,
+                              heldout_accuracy(learner.solver_at(learner.version), settings, seed))
+            result.rounds.append(rec)
+            log(f"[{arm} seed {seed}] round {r}: useful {useful}/{groups}, held-out {rec.heldout_accuracy:.3f}, "
+                f"daemon trials {rec.daemon_trials}, cycle {rec.daemon_cycle}, {rec.wall_s:.0f} s")
+    return result
+
+
+# ---- measurement (outside every arm's budget) ---------------------------------------------------------
+def heldout_set(settings: LoopSettings) -> list[Task]:
+    """The fixed held-out arithmetic test set (the bootstrap corpus's mix, its own seed)."""
+    return corpus_tasks(settings.heldout, seed=987_654)
+
+
+def heldout_accuracy(solver: SolverBackend, settings: LoopSettings, seed: int) -> float:
+    """Share of ``heldout_n`` attempts per held-out task the solver gets right (the domain's grader)."""
+    domain, tasks = ArithDomain(), heldout_set(settings)
+    comps = solver.generate([domain.solver_prompt(t) for t in tasks], settings.heldout_n, Sampling(seed=31 + seed))
+    outcomes = [grade_outcome(domain, t, c.text) for t, row in zip(tasks, comps, strict=True) for c in row]
+    return sum(o == "pass" for o in outcomes) / max(1, len(outcomes))
+
+
+def measure_in_band(result: ArmResult, learner: Learner, settings: LoopSettings, max_tokens: int = 256) -> None:
+    """Each round: a seeded sample of its served tasks, ``measure_k`` attempts by the round's checkpoint."""
+    band = Band(settings.measure_k, 1, 3, min(BAND.min_valid_trials, settings.measure_k))
+    for rec in result.rounds:
+        rng = random.Random(result.seed * 1_009 + rec.round)
+        sample = rng.sample(rec.served, min(settings.measure_tasks, len(rec.served)))
+        labels = label_tasks(ArithDomain(), learner.solver_at(rec.version), [task_of(p) for p in sample], band,
+                             Sampling(max_tokens=max_tokens, seed=5_000 + rec.round))
+        rec.in_band = sum(bool(lab.in_band) for lab in labels) / max(1, len(labels))
