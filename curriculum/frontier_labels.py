@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from curriculum import solver_versions
@@ -76,6 +76,15 @@ def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
         q = q.where(Label.source.in_(list(sources)))
     return [LabelRecord(int(r.task_id), r.solver_name, r.solver_version, r.source, int(r.solved),
                         int(r.valid_trials), r.in_band, r.updated_at) for r in sess.execute(q)]
+
+
+def labels_written(sess: Session, solver_name: str, run_id: int) -> int:
+    """How many labels of ``solver_name`` (every version and source) valid tasks of ``run_id`` have:
+    a count that only grows (labels are overwritten, never deleted), unlike the usable ones, which
+    age out as versions move on. "New labels since the last refresh" is the growth of this count."""
+    q = (select(func.count()).select_from(Label).join(TaskRow, TaskRow.id == Label.task_id)
+         .where(Label.solver_name == solver_name, TaskRow.valid, TaskRow.run_id == run_id))
+    return int(sess.scalar(q) or 0)
 
 
 def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int | None = None,

@@ -241,8 +241,8 @@ class FrontierConfig(_Section):
                                    "(too easy / in band / too hard) after a new version")
     refresh_drift_threshold: float = Field(default=0.3, gt=0, le=1, description="drift score above which the "
                                            "primary probe is refreshed (champion/challenger)")
-    refresh_every_labels: int = Field(default=0, ge=0, description="also refresh after this many new usable "
-                                      "labels (0: only on drift)")
+    refresh_every_labels: int = Field(default=0, ge=0, description="also refresh after this many new labels "
+                                      "(of any version; 0: only on drift)")
     refresh_holdout_share: float = Field(default=0.25, gt=0, lt=1, description="newest labels held out to "
                                          "compare challenger and champion")
     refresh_min_labels: int = Field(default=32, ge=8, description="usable labels needed before a refresh")

@@ -126,15 +126,15 @@ class FrontierTracker:
         threshold that has not triggered one yet, or enough new usable labels since the last refresh."""
         with self.store.session() as s:
             finished = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
-            usable = len(frontier_labels.usable_labels(s, self.name, self.s.staleness, run_id=self.run_id))
+            written = frontier_labels.labels_written(s, self.name, self.run_id)
         seen = set(state.refresh_drift_seen)
         for m in finished:
             if m.id not in seen and (m.score or 0.0) > self.s.refresh_drift_threshold:
                 state.refresh_drift_seen = sorted(seen | {m.id})
                 return f"drift {m.score:.2f} on {m.new_version}"
         base = state.refresh_labels_at
-        if self.s.refresh_every_labels > 0 and usable - base >= self.s.refresh_every_labels:
-            return f"{usable - base} new labels"
+        if self.s.refresh_every_labels > 0 and written - base >= self.s.refresh_every_labels:
+            return f"{written - base} new labels"
         return None
 
 
@@ -182,9 +182,8 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
         return {}
     with driver.store.session() as s:
         champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
-        usable = len(frontier_labels.usable_labels(s, driver.spot.solver_id, driver.s.frontier.staleness,
-                                                   run_id=driver.run_id))
-    state.refresh_labels_at = usable
+        written = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
+    state.refresh_labels_at = written
     spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
                    champion=champions[0].artifact_uri if champions else "",
                    holdout_share=driver.s.frontier.refresh_holdout_share,

@@ -85,7 +85,7 @@ class DriverState(BaseModel):
     refresh_undispatched: bool = False
     refresh_drift_seen: list[int] = Field(default_factory=list, description="drift measurements that already "
                                           "triggered a refresh")
-    refresh_labels_at: int = Field(0, ge=0, description="usable labels at the last refresh")
+    refresh_labels_at: int = Field(0, ge=0, description="labels written (every version) at the last refresh")
     champion: Champion | None = None
 
     def stored(self) -> dict[str, Any]:

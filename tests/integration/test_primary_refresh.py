@@ -12,18 +12,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum import solver_versions
+from curriculum import frontier_labels, solver_versions
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.retrain import run_retrain
 from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.spotcheck import harvest_labels, run_spotcheck
+from curriculum.staleness import StalenessPolicy
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, QueueItem
 from daemon.loop.driver import Driver
-from daemon.loop.frontier import FrontierSettings
+from daemon.loop.frontier import FrontierSettings, FrontierTracker
 from daemon.loop.ports import Scored
+from daemon.loop.state import DriverState
 from probes import FeatureExtractor
 from testkit.driver import FakeEngine, make_driver
 from testkit.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
@@ -124,3 +126,22 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     with store.session() as s:
         served = [x.task_id for x in queue.lease(s, 1000, 600, "trainer-2", max_attempts=5, run_id=driver.run_id)]
     assert not set(served) & set(stale)
+
+
+def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) -> None:
+    """`refresh_every_labels` counts labels written, not usable ones: under keep_last 1 every new
+    version ages the previous labels out, so the usable count stays flat while the solver moves."""
+    run_id, ids = _tasks(store, 40)
+    solver = SyntheticArithSolver(seed=0)
+    settings = FrontierSettings(staleness=StalenessPolicy(keep_versions=1), refresh_every_labels=15)
+    tracker, state = FrontierTracker(store, run_id, solver.solver_id, settings, BAND), DriverState()
+    fired = []
+    for step, chunk in enumerate((ids[:20], ids[20:40])):
+        version = f"step-{step + 1}"
+        with store.session() as s:
+            solver_versions.register(s, solver.solver_id, version)
+        _label(store, solver, chunk, version)
+        fired.append(tracker.refresh_due(state))
+        with store.session() as s:  # what start_refresh records when it starts the job
+            state.refresh_labels_at = frontier_labels.labels_written(s, solver.solver_id, run_id)
+    assert fired == ["20 new labels", "20 new labels"], fired
