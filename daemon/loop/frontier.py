@@ -88,7 +88,11 @@ class FrontierTracker:
             tried = set(s.scalars(select(SolverTrial.task_id).where(
                 SolverTrial.solver_id == sid, SolverTrial.task_id.in_(list(open_[0].sample)))))
         pending = set(state.spotcheck_pending)
-        todo = sorted(t for t in open_[0].sample if t not in tried and t not in pending)
+        sample = open_[0].sample
+        # formerly in-band tasks first: the drift score is theirs, and a measurement may be superseded
+        # by the next announce before it finishes
+        todo = sorted((t for t in sample if t not in tried and t not in pending),
+                      key=lambda t: (sample[t] != "in_band", t))
         return todo[:drift_share(budget, self.s.drift_budget_share, len(todo))]
 
     def _open(self, cycle: int, old: str, new: str) -> None:
@@ -102,15 +106,21 @@ class FrontierTracker:
                  new, len(got.sample), {k: list(got.sample.values()).count(k) for k in drift.STRATA})
 
     def observe_drift(self, cycle: int) -> dict[str, float]:
-        """Fold new-version labels of the sampled tasks into each open measurement; the latest score."""
+        """Fold new-version labels of the sampled tasks into each open measurement; the latest score.
+
+        A measurement closes when its sample is labelled, after ``drift_max_cycles``, or as soon as a
+        newer version is announced (superseded: spot-checks no longer go to its version, so it could
+        only wait out the cycle limit; it closes with the transitions measured so far)."""
         out: dict[str, float] = {}
+        cur = self.current_version()
         with self.store.session() as s:
             for m in drift.measurements(s, self.run_id, self.name, "measuring"):
                 labels = [r for r in frontier_labels.label_records(s, self.name, task_ids=list(m.sample))
                           if r.solver_version == m.new_version]
                 pairs = drift.measured_pairs(m.sample, labels, self.band)
                 labelled = {r.task_id for r in labels if r.source == "spotcheck"}
-                done = set(m.sample) <= labelled or cycle - m.cycle >= self.s.drift_max_cycles
+                done = (set(m.sample) <= labelled or cycle - m.cycle >= self.s.drift_max_cycles
+                        or m.new_version != cur)
                 m = drift.update_measurement(s, m.id, pairs, done)
                 if m.state == "done":
                     log.info("drift of %s %s: %s over %d tasks, matrix %s", self.name, m.new_version,

@@ -94,3 +94,25 @@ def test_unversioned_run_never_opens_a_measurement(store: Store, tmp_path: Path)
         assert drift.measurements(s, driver.run_id) == []
         versions = {r for (r,) in s.execute(select(SolverTrial.solver_version).distinct())}
     assert versions == {""}
+
+
+def test_a_newer_announce_closes_the_open_measurement_with_what_it_measured(store: Store, tmp_path: Path) -> None:
+    """Trainers announce faster than a measurement finishes: the superseded one closes (scored on the
+    transitions measured so far) instead of waiting out drift_max_cycles, and the newest opens."""
+    frontier = FrontierSettings(drift_budget_share=0.25, drift_per_stratum=8)
+    driver, _ = make_driver(store, tmp_path, frontier=frontier, budget_per_cycle=12)
+    name = driver.spot.solver_id
+    _tick_to(driver, "rl", 2)
+    with store.session() as s:
+        solver_versions.register(s, name, "step-100", source="announce")
+    _solver(driver).set_skill(12.0)
+    _tick_to(driver, "retrain", 3)  # two cycles of 3 re-measurements: the sample (up to 24) is not done
+    with store.session() as s:
+        [first] = drift.measurements(s, driver.run_id, name)
+        solver_versions.register(s, name, "step-200", source="announce")
+    assert first.state == "measuring" and 0 < first.measured < len(first.sample)
+    _tick_to(driver, "retrain", 4)
+    with store.session() as s:
+        got = drift.measurements(s, driver.run_id, name)
+    assert [(m.new_version, m.state) for m in got] == [("step-100", "done"), ("step-200", "measuring")]
+    assert got[0].measured >= first.measured and got[0].score is not None
