@@ -11,78 +11,63 @@ Acks need the lease token (a ``LeasedTask`` carries it); many at once with
 a task whose lease expires (trainer crashed) is delivered again, so make training on a task
 idempotent or tolerate repeats; ``ack`` is idempotent. ``iterate`` renews the
 leases of tasks it handed out and that are not yet acked or nacked, in a background thread.
+
+Schema check: every leased message's ``schema_version`` is checked; an unknown one raises
+:class:`~propel_sdk.schema.SchemaVersionError` ("… newer than this SDK …: upgrade propel-curriculum")
+after the whole batch was given back (nacked), so no task stays leased by a trainer that cannot
+read it (each nack spends one delivery attempt, as the lease's expiry would).
+
+Retries: a connection error, a timeout or a 502/503/504 (the daemon restarting) is retried with
+exponential backoff (:class:`~propel_sdk.protocol.Retry`: ``max_retries``, ``backoff_s``,
+``max_backoff_s``), logging one WARNING per retry on the ``propel_sdk`` logger with the URL, the
+error and the wait; other refusals raise :class:`PropelClientError` at once. Retrying is safe:
+``ack``/``ack_many`` are idempotent on the server (a retried ack whose first try landed answers
+``already_acked``, and the outcome is stored once); a retried ``lease`` whose first try was served
+but whose answer was lost leaves those tasks leased to nobody until their lease expires, and then
+they are delivered again (at-least-once: nothing is lost, a task may arrive late); ``renew`` only
+extends a lease. A retried ``nack`` whose first try landed answers 409 (the lease is gone).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import httpx
-import orjson
 
-# A batch of leased tasks is tens of kB of JSON: orjson reads and writes it several times faster.
-_dumps, _loads = orjson.dumps, orjson.loads
+from propel_sdk.protocol import (
+    JSON_HEADERS,
+    Ack,
+    Call,
+    Flow,
+    LeasedTask,
+    Operations,
+    PropelClientError,
+    Retry,
+    T,
+    ack_body,
+    decode,
+    describe,
+    drive,
+    loads,
+    log,
+)
 
-
-class PropelClientError(Exception):
-    """The API refused a request; ``status`` is the HTTP status code."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class Ack:
-    """One outcome for :meth:`PropelClient.ack_many`."""
-
-    task: LeasedTask | int
-    solved: int
-    n: int
-    solver: str
-    lease_token: str | None = None
-    errors: int = 0  # attempts lost to infrastructure failures (excluded from the count)
-    version: str | int | None = None  # the solver version that made the attempts
-    version_order: int | None = None
-    sampling: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class LeasedTask:
-    id: int
-    lease_token: str
-    lease_until: str
-    attempts: int
-    message: dict[str, Any]
-
-
-def ack_body(*, solved: int, n: int, solver: str, lease_token: str | None = None, errors: int = 0,
-             version: str | int | None = None, version_order: int | None = None,
-             sampling: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON body of one outcome (the single-task ack and a batched ack send the same fields)."""
-    body: dict[str, Any] = {"solved": solved, "n": n, "solver": solver, "lease_token": lease_token}
-    if errors:
-        body["errors"] = errors
-    if version is not None:
-        body["version"] = str(version)
-    if version_order is not None:
-        body["version_order"] = version_order
-    if sampling is not None:
-        body["sampling"] = sampling
-    return body
+__all__ = ["Ack", "LeasedTask", "PropelClient", "PropelClientError", "Retry", "ack_body"]
 
 
 class PropelClient:
-    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
+    """Sync client (``httpx.Client``); :class:`propel_sdk.aio.AsyncPropelClient` is the asyncio twin."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0, *,
+                 max_retries: int = Retry.max_retries, backoff_s: float = Retry.backoff_s,
+                 max_backoff_s: float = Retry.max_backoff_s) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self._outstanding: dict[int, tuple[str, float]] = {}
-        self._lock = threading.Lock()
+        self.retry = Retry(max_retries, backoff_s, max_backoff_s)
+        self._ops = Operations()
 
     def close(self) -> None:
         self._http.close()
@@ -93,38 +78,32 @@ class PropelClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        resp = self._http.post(path, content=_dumps(body), headers={"content-type": "application/json"})
-        if resp.status_code >= 400:
+    def _send(self, call: Call) -> dict[str, Any]:
+        attempt = 0
+        while True:
             try:
-                detail = str(_loads(resp.content).get("detail"))
-            except ValueError:
-                detail = resp.text[:300]
-            raise PropelClientError(resp.status_code, detail)
-        data: dict[str, Any] = _loads(resp.content)
-        return data
+                return decode(self._http.request(call.method, call.path, content=call.content(), params=call.params,
+                                                 headers=JSON_HEADERS if call.body is not None else None))
+            except (httpx.TransportError, PropelClientError) as err:
+                if not self.retry.should_retry(attempt, err):
+                    raise
+                wait = self.retry.wait_s(attempt)
+                self.retry.log(call, f"{self._http.base_url}{call.path}", attempt, err, wait)
+                time.sleep(wait)
+                attempt += 1
+
+    def _run(self, flow: Flow[T]) -> T:
+        return drive(flow, self._send)
 
     def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client", *,
               domains: Mapping[str, float] | None = None, topics: Mapping[str, float] | None = None,
               predicted_in_band: tuple[float, float] | None = None, solver: str | None = None) -> list[LeasedTask]:
         """Lease up to ``n`` tasks; optionally a mixture (``domains={"arith": 0.7, "math": 0.3}`` or
-        ``topics=…``), a ``predicted_in_band=(lo, hi)`` range and one ``solver``'s tasks."""
-        body: dict[str, Any] = {"n": n, "lease_s": lease_s, "consumer": consumer}
-        if domains is not None:
-            body["domains"] = dict(domains)
-        if topics is not None:
-            body["topics"] = dict(topics)
-        if predicted_in_band is not None:
-            body["predicted_in_band"] = {"min": predicted_in_band[0], "max": predicted_in_band[1]}
-        if solver is not None:
-            body["solver"] = solver
-        data = self._post("/v1/tasks/lease", body)
-        tasks = [LeasedTask(int(t["task"]["id"]), t["lease_token"], t["lease_until"], int(t["attempts"]), t["task"])
-                 for t in data["tasks"]]
-        with self._lock:
-            for t in tasks:
-                self._outstanding[t.id] = (t.lease_token, lease_s)
-        return tasks
+        ``topics=…``), a ``predicted_in_band=(lo, hi)`` range and one ``solver``'s tasks. Raises
+        :class:`~propel_sdk.schema.SchemaVersionError` (after nacking the batch) for a message this
+        SDK cannot read."""
+        return self._run(self._ops.lease(n, lease_s, consumer, domains=domains, topics=topics,
+                                         predicted_in_band=predicted_in_band, solver=solver))
 
     def ack(self, task: LeasedTask | int, *, solved: int, n: int, solver: str, lease_token: str | None = None,
             errors: int = 0, version: str | int | None = None, version_order: int | None = None,
@@ -133,76 +112,51 @@ class PropelClient:
         for infrastructure reasons are excluded from the count. Answers ``acked``, ``late`` (accepted
         after the lease expired) or ``already_acked``; raises :class:`PropelClientError` (409) when the
         lease was lost."""
-        task_id, token = self._id_token(task, lease_token)
-        status = str(self._post(f"/v1/tasks/{task_id}/ack", ack_body(
-            solved=solved, n=n, solver=solver, lease_token=token, errors=errors, version=version,
-            version_order=version_order, sampling=sampling))["status"])
-        self._forget(task_id)
-        return status
-
-    def announce(self, solver: str, version: str | int, order: int | None = None) -> dict[str, Any]:
-        """Announce ``version`` of ``solver`` (idempotent). The highest-ordered version is current:
-        spot-checks are recorded against it and a sample of labelled tasks is re-measured on it."""
-        body: dict[str, Any] = {"version": str(version)}
-        if order is not None:
-            body["order"] = order
-        return self._post(f"/v1/solvers/{quote(solver, safe='/')}/versions", body)
-
-    def solver_versions(self, solver: str) -> dict[str, Any]:
-        """The known versions of ``solver`` with their order and age (0 = current)."""
-        resp = self._http.get(f"/v1/solvers/{quote(solver, safe='/')}/versions")
-        if resp.status_code >= 400:
-            raise PropelClientError(resp.status_code, resp.text[:300])
-        data: dict[str, Any] = resp.json()
-        return data
+        return self._run(self._ops.ack(task, solved=solved, n=n, solver=solver, lease_token=lease_token,
+                                       errors=errors, version=version, version_order=version_order,
+                                       sampling=sampling))
 
     def ack_many(self, outcomes: Sequence[Ack]) -> dict[int, str]:
         """Ack many outcomes in one request (up to 1000); a status per task id, never an exception for
         a refused item (``lease_lost``, ``not_leased``, ``not_found`` are statuses here)."""
-        body = []
-        for o in outcomes:
-            task_id, token = self._id_token(o.task, o.lease_token)
-            body.append({"id": task_id, **ack_body(solved=o.solved, n=o.n, solver=o.solver, lease_token=token,
-                                                   errors=o.errors, version=o.version,
-                                                   version_order=o.version_order, sampling=o.sampling)})
-        data = self._post("/v1/tasks/ack", {"outcomes": body})
-        statuses = {int(r["id"]): str(r["status"]) for r in data["results"]}
-        for task_id in statuses:
-            self._forget(task_id)
-        return statuses
+        return self._run(self._ops.ack_many(outcomes))
 
     def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
-        task_id, token = self._id_token(task, lease_token)
-        status = str(self._post(f"/v1/tasks/{task_id}/nack", {"lease_token": token})["status"])
-        self._forget(task_id)
-        return status
+        """Give a leased task back now (``returned``); it is dead-lettered once its attempts are spent."""
+        return self._run(self._ops.nack(task, lease_token))
 
     def renew(self, task: LeasedTask | int, lease_s: float = 600, lease_token: str | None = None) -> None:
-        task_id, token = self._id_token(task, lease_token)
-        self._post(f"/v1/tasks/{task_id}/renew", {"lease_token": token, "lease_s": lease_s})
+        """Extend the lease to ``lease_s`` seconds from now; 409 when it was lost."""
+        self._run(self._ops.renew(task, lease_s, lease_token))
+
+    def announce(self, solver: str, version: str | int, order: int | None = None) -> dict[str, Any]:
+        """Announce ``version`` of ``solver`` (idempotent). The highest-ordered version is current:
+        spot-checks are recorded against it and a sample of labelled tasks is re-measured on it."""
+        return self._run(self._ops.announce(solver, version, order))
+
+    def solver_versions(self, solver: str) -> dict[str, Any]:
+        """The known versions of ``solver`` with their order and age (0 = current)."""
+        return self._run(self._ops.solver_versions(solver))
+
+    def status(self) -> dict[str, Any]:
+        return self._run(self._ops.status())
 
     def export(self, **query: Any) -> Iterator[dict[str, Any]]:
         """Stream the API run's queued tasks as records (``GET /v1/tasks/export``; filters: ``state``,
-        ``topic``, ``domain`` (lists), ``since``, ``until`` (ISO times), ``limit``)."""
-        params = {k: v for k, v in query.items() if v not in (None, [], ())}
-        with self._http.stream("GET", "/v1/tasks/export", params=params, timeout=None) as resp:
+        ``topic``, ``domain`` (lists), ``since``, ``until`` (ISO times), ``limit``). Not retried."""
+        call = Operations.export_call(query)
+        with self._http.stream(call.method, call.path, params=call.params, timeout=None) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 raise PropelClientError(resp.status_code, resp.text[:300])
             for line in resp.iter_lines():
                 if line:
-                    yield _loads(line)
-
-    def status(self) -> dict[str, Any]:
-        resp = self._http.get("/v1/status")
-        resp.raise_for_status()
-        data: dict[str, Any] = resp.json()
-        return data
+                    yield loads(line)
 
     def iterate(self, batch: int = 16, lease_s: float = 600, consumer: str = "python-client",
                 stop_when_empty: bool = True, **selection: Any) -> Iterator[LeasedTask]:
         """Yield leased tasks batch by batch (``selection``: the keyword filters of :meth:`lease`),
-        renewing outstanding leases every ``lease_s / 3``."""
+        renewing outstanding leases every ``lease_s / 3`` in a background thread."""
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew_loop, args=(stop, lease_s), daemon=True)
         renewer.start()
@@ -218,25 +172,7 @@ class PropelClient:
 
     def _renew_loop(self, stop: threading.Event, lease_s: float) -> None:
         while not stop.wait(lease_s / 3):
-            with self._lock:
-                held = list(self._outstanding.items())
-            for task_id, (token, held_s) in held:
-                try:
-                    self.renew(task_id, held_s, token)
-                except PropelClientError:
-                    self._forget(task_id)  # lease lost or task gone: nothing left to keep alive
-
-    def _id_token(self, task: LeasedTask | int, lease_token: str | None) -> tuple[int, str]:
-        """The task id and the lease token to send: given, from the task, or from this client's leases."""
-        if isinstance(task, LeasedTask):
-            return task.id, lease_token or task.lease_token
-        with self._lock:
-            held = self._outstanding.get(task)
-        token = lease_token or (held[0] if held else None)
-        if token is None:
-            raise ValueError(f"task {task}: no lease token (pass lease_token=, or the LeasedTask this client leased)")
-        return task, token
-
-    def _forget(self, task_id: int) -> None:
-        with self._lock:
-            self._outstanding.pop(task_id, None)
+            try:
+                self._run(self._ops.renew_outstanding())
+            except (PropelClientError, httpx.TransportError) as err:
+                log.warning("propel API: renewing leases failed (%s); next try in %.0f s", describe(err), lease_s / 3)

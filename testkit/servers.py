@@ -95,11 +95,12 @@ def scripted_server(respond: Responder) -> Iterator[tuple[str, list[dict[str, ob
 
 
 @contextmanager
-def serve_app(app: object) -> Iterator[str]:
-    """Run an ASGI app under a real uvicorn server on a free port in a thread; yields its base URL."""
+def serve_app(app: object, port: int | None = None) -> Iterator[str]:
+    """Run an ASGI app under a real uvicorn server on ``port`` (default: a free one) in a thread;
+    yields its base URL."""
     import uvicorn
 
-    port = free_port()
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))  # type: ignore[arg-type]
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -109,3 +110,40 @@ def serve_app(app: object) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class RestartableServer:
+    """An ASGI app served on one fixed port that a test can stop and start again (a daemon restart).
+
+    ``restart_after(event)`` starts it again in a thread once ``event`` is set (e.g. by the client's
+    first retry), so a test can show a client waiting through the outage without sleeping."""
+
+    def __init__(self, make_app: Callable[[], object]) -> None:
+        self.make_app = make_app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stop = threading.Event()
+        self._up = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _serve(self, when: threading.Event | None) -> None:
+        if when is not None:
+            when.wait(60)
+        with serve_app(self.make_app(), self.port):
+            self._up.set()
+            self._stop.wait()
+
+    def start(self, when: threading.Event | None = None) -> None:
+        """Serve now (``when`` None: returns once it answers) or once ``when`` is set (returns at once)."""
+        self._stop.clear()
+        self._up.clear()
+        self._thread = threading.Thread(target=self._serve, args=(when,), daemon=True)
+        self._thread.start()
+        if when is None and not self._up.wait(30):
+            raise TimeoutError(f"{self.url} did not start")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

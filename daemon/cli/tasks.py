@@ -36,14 +36,15 @@ def api_url(cfg: PropelConfig, url: str | None) -> str:
 @contextmanager
 def api_client(ctx: click.Context, url: str | None) -> Iterator[PropelClient]:
     """A client of the API; a refused request (e.g. the token) ends in one line saying what to do
-    (exit 1). When nothing answers, the root group's one line names the URL (``daemon.cli.main``)."""
+    (exit 1). When nothing answers, the root group's one line names the URL (``daemon.cli.main``): a
+    one-shot command does not retry (a trainer's client does)."""
     from propel_sdk.client import PropelClient, PropelClientError
 
     cfg = _cfg(ctx)
     base = api_url(cfg, url)
     token = os.environ.get("PROPEL_API_TOKEN") or cfg.api.token
     try:
-        with PropelClient(base, token=token) as client:
+        with PropelClient(base, token=token, max_retries=0) as client:
             yield client
     except PropelClientError as err:
         hint = " (set PROPEL_API_TOKEN to the API's token)" if err.status == 401 else ""

@@ -22,7 +22,7 @@ def _checked(domain: ArithDomain | MathDomain | AzrDomain, completion: str) -> d
 
 
 def test_import_is_torch_free() -> None:
-    code = ("import sys, propel_sdk, propel_sdk.grading, propel_sdk.client, propel_sdk.schema\n"
+    code = ("import sys, propel_sdk, propel_sdk.grading, propel_sdk.client, propel_sdk.aio, propel_sdk.schema\n"
             "bad = sorted(m for m in ('torch', 'transformers', 'sympy', 'curriculum') if m in sys.modules)\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
