@@ -23,13 +23,12 @@ from typing import Any
 
 import torch
 
-from curriculum.bootstrap import char_ids
 from curriculum.domains.arith import ArithDomain, analyse
 from curriculum.domains.base import Task
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
 #: Bump when the pretraining recipe changes, so old caches are not reused.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 #: The easy corpus: (share, kind). Small sums dominate; two-digit sums are the hard slice.
 EASY_MIX = ((0.45, "small_add"), (0.15, "small_sub"), (0.15, "small_mul"), (0.25, "two_digit_add"))
 _DOMAIN = ArithDomain()
@@ -39,7 +38,7 @@ _DOMAIN = ArithDomain()
 class PretrainSettings:
     """Every setting that shapes the pretrained solver (all of them key the cache)."""
 
-    steps: int = 1500
+    steps: int = 3500
     batch_size: int = 32
     lr: float = 3e-3
     hidden_size: int = 128
@@ -84,11 +83,16 @@ def held_out_set(n: int, seed: int = 12345) -> list[str]:
     return [two_digit_sum(rng) for _ in range(n)]
 
 
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def _encode(tokenizer: Any, exprs: list[str]) -> dict[str, torch.Tensor]:
     """Prompt + answer + EOS per row, right-padded; the loss covers the answer and EOS only."""
     eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
-    rows = [(char_ids(tokenizer, solver_prompt(e)), [*char_ids(tokenizer, str(analyse(e).value)), eos])
-            for e in exprs]
+    # the prompt encoded exactly as TRL and the daemon's hf solver encode it (``tokenizer(text)``: the
+    # character tokenizer's pre-tokenizer drops whitespace), so training matches what generation sees
+    rows = [(_ids(tokenizer, solver_prompt(e)), [*_ids(tokenizer, str(analyse(e).value)), eos]) for e in exprs]
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)

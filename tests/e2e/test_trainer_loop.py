@@ -5,6 +5,7 @@ labels of its announced versions, and the daemon's spot-checks follow the announ
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from testkit.servers import free_port
 from tests.e2e.conftest import kill, start_daemon, wait_until, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
-PRETRAIN_STEPS = 300
+PRETRAIN_STEPS = 3500  # a weaker solver solves none of the daemon's tasks: the first probe needs in-band ones
 
 
 def _extra(ckpt: Path) -> str:
@@ -45,7 +46,8 @@ def _count(store: Store, query) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_trainer_learns_from_the_daemon_and_the_daemon_follows(tmp_path: Path, tiny_generator: Path) -> None:
-    ckpt, cache = tmp_path / "ckpt", tmp_path / "pretrained"
+    ckpt = tmp_path / "ckpt"
+    cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path)) / "trainer-pretrained"  # reused across sessions
     settings = arith_solver.PretrainSettings(steps=PRETRAIN_STEPS)
     base = arith_solver.pretrained(settings, cache, say=lambda _: None)  # step-0 exists before the daemon labels
     arith_solver.save_checkpoint(*arith_solver.load(base), ckpt / "step-0")
