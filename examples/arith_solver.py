@@ -16,6 +16,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from curriculum.domains.base import Task
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
 #: Bump when the pretraining recipe changes, so old caches are not reused.
-RECIPE_VERSION = 3
+RECIPE_VERSION = 5
 #: The easy corpus: (share, kind). Small sums dominate; two-digit sums are the hard slice.
 EASY_MIX = ((0.45, "small_add"), (0.15, "small_sub"), (0.15, "small_mul"), (0.25, "two_digit_add"))
 _DOMAIN = ArithDomain()
@@ -90,8 +91,7 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
 def _encode(tokenizer: Any, exprs: list[str]) -> dict[str, torch.Tensor]:
     """Prompt + answer + EOS per row, right-padded; the loss covers the answer and EOS only."""
     eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
-    # the prompt encoded exactly as TRL and the daemon's hf solver encode it (``tokenizer(text)``: the
-    # character tokenizer's pre-tokenizer drops whitespace), so training matches what generation sees
+    # encoded as TRL and the daemon's hf solver encode prompts: ``tokenizer(text)`` (see _as_loaded)
     rows = [(_ids(tokenizer, solver_prompt(e)), [*_ids(tokenizer, str(analyse(e).value)), eos]) for e in exprs]
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -105,11 +105,24 @@ def _encode(tokenizer: Any, exprs: list[str]) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def _as_loaded(model: Any, tokenizer: Any) -> Any:
+    """The tokenizer as ``AutoTokenizer`` loads it back from a saved model folder: what TRL here and the
+    daemon's hf solver use. Under transformers 5 that is a ``Qwen2Tokenizer`` (the model type picks it)
+    whose pre-tokenizer drops the prompt's whitespace, which the freshly built tokenizer keeps; training
+    on the fresh one would teach prompts that generation never sees."""
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_tiny(model, tokenizer, Path(tmp))
+        return AutoTokenizer.from_pretrained(tmp)
+
+
 def pretrain(settings: PretrainSettings, say: Any = print) -> tuple[Any, Any]:
     """A fresh tiny solver trained ``settings.steps`` supervised steps on easy arithmetic."""
-    tokenizer = build_char_tokenizer()
-    model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
+    built = build_char_tokenizer()
+    model = tiny_qwen2(built, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
+    tokenizer = _as_loaded(model, built)
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.01)
