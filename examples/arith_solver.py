@@ -1,10 +1,11 @@
 """The example trainer's solver: a character-level tiny Qwen2 that answers arith tasks in the daemon's
 solver-prompt format (``Compute: EXPR\\nAnswer with a single integer.`` → ``42<eos>``).
 
-It starts from supervised pretraining on *easy* arithmetic (mostly one operator, some two), enough
+It starts from supervised pretraining on *easy* arithmetic (small sums, differences and products, and
+two-digit sums as the hard slice, :data:`EASY_MIX`), enough
 that some of the daemon's tasks are in band (solved 1-3 of 8) at the start; the pretrained model is
 cached on disk per settings, so reruns start in seconds. Held-out accuracy (greedy) on a fixed set
-of the same easy distribution measures what GRPO adds.
+of two-digit sums measures what GRPO adds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,15 +24,14 @@ from typing import Any
 
 import torch
 
-from curriculum.bootstrap import char_ids
-from curriculum.domains.arith import ArithDomain, analyse, random_expression
+from curriculum.domains.arith import ArithDomain, analyse
 from curriculum.domains.base import Task
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
 #: Bump when the pretraining recipe changes, so old caches are not reused.
-RECIPE_VERSION = 1
-#: Operator counts of the easy corpus (1 or 2 operators) and their weights.
-OP_WEIGHTS = {1: 3, 2: 1}
+RECIPE_VERSION = 5
+#: The easy corpus: (share, kind). Small sums dominate; two-digit sums are the hard slice.
+EASY_MIX = ((0.45, "small_add"), (0.15, "small_sub"), (0.15, "small_mul"), (0.25, "two_digit_add"))
 _DOMAIN = ArithDomain()
 
 
@@ -38,7 +39,7 @@ _DOMAIN = ArithDomain()
 class PretrainSettings:
     """Every setting that shapes the pretrained solver (all of them key the cache)."""
 
-    steps: int = 1500
+    steps: int = 3500
     batch_size: int = 32
     lr: float = 3e-3
     hidden_size: int = 128
@@ -51,10 +52,25 @@ class PretrainSettings:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _easy(rng: random.Random, kind: str) -> str:
+    if kind == "small_add":  # one digit and up to two digits, either order
+        a, b = rng.randint(0, 9), rng.randint(0, 99)
+        return f"{a}+{b}" if rng.random() < 0.5 else f"{b}+{a}"
+    if kind == "small_sub":
+        return f"{rng.randint(0, 99)}-{rng.randint(0, 9)}"
+    if kind == "small_mul":
+        return f"{rng.randint(0, 9)}*{rng.randint(0, 9)}"
+    return two_digit_sum(rng)
+
+
+def two_digit_sum(rng: random.Random) -> str:
+    return f"{rng.randint(10, 99)}+{rng.randint(10, 99)}"
+
+
 def easy_expressions(rng: random.Random, n: int) -> list[str]:
-    """``n`` random expressions with 1 or 2 operators (:data:`OP_WEIGHTS`)."""
-    counts = rng.choices(list(OP_WEIGHTS), weights=list(OP_WEIGHTS.values()), k=n)
-    return [random_expression(rng, c) for c in counts]
+    """``n`` random easy expressions drawn with :data:`EASY_MIX`."""
+    kinds = rng.choices([k for _, k in EASY_MIX], weights=[w for w, _ in EASY_MIX], k=n)
+    return [_easy(rng, k) for k in kinds]
 
 
 def solver_prompt(expr: str) -> str:
@@ -63,15 +79,20 @@ def solver_prompt(expr: str) -> str:
 
 
 def held_out_set(n: int, seed: int = 12345) -> list[str]:
-    """A fixed held-out set of ``n`` easy expressions (a seed apart from the corpus)."""
-    return easy_expressions(random.Random(f"held-out-{seed}"), n)
+    """A fixed held-out set of ``n`` two-digit sums (the corpus's hard slice; a seed apart from it)."""
+    rng = random.Random(f"held-out-{seed}")
+    return [two_digit_sum(rng) for _ in range(n)]
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _encode(tokenizer: Any, exprs: list[str]) -> dict[str, torch.Tensor]:
     """Prompt + answer + EOS per row, right-padded; the loss covers the answer and EOS only."""
     eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
-    rows = [(char_ids(tokenizer, solver_prompt(e)), [*char_ids(tokenizer, str(analyse(e).value)), eos])
-            for e in exprs]
+    # encoded as TRL and the daemon's hf solver encode prompts: ``tokenizer(text)`` (see _as_loaded)
+    rows = [(_ids(tokenizer, solver_prompt(e)), [*_ids(tokenizer, str(analyse(e).value)), eos]) for e in exprs]
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)
@@ -84,11 +105,24 @@ def _encode(tokenizer: Any, exprs: list[str]) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def _as_loaded(model: Any, tokenizer: Any) -> Any:
+    """The tokenizer as ``AutoTokenizer`` loads it back from a saved model folder: what TRL here and the
+    daemon's hf solver use. Under transformers 5 that is a ``Qwen2Tokenizer`` (the model type picks it)
+    whose pre-tokenizer drops the prompt's whitespace, which the freshly built tokenizer keeps; training
+    on the fresh one would teach prompts that generation never sees."""
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_tiny(model, tokenizer, Path(tmp))
+        return AutoTokenizer.from_pretrained(tmp)
+
+
 def pretrain(settings: PretrainSettings, say: Any = print) -> tuple[Any, Any]:
     """A fresh tiny solver trained ``settings.steps`` supervised steps on easy arithmetic."""
-    tokenizer = build_char_tokenizer()
-    model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
+    built = build_char_tokenizer()
+    model = tiny_qwen2(built, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
+    tokenizer = _as_loaded(model, built)
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.01)

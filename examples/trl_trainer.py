@@ -48,7 +48,7 @@ class TrainerConfig:
     steps: int = 300
     announce_every: int = 50
     checkpoint_dir: Path = Path(".propel/trainer/checkpoints")
-    pretrain_steps: int = 1500
+    pretrain_steps: int = 3500
     pretrain_cache: Path = Path(".propel/trainer/pretrained")
     seed: int = 0
     held_out: int = 200  # held-out expressions (0: no held-out accuracy)
