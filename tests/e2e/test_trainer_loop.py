@@ -20,7 +20,11 @@ from examples.trl_trainer import TrainerConfig, train
 from testkit.servers import free_port
 from tests.e2e.conftest import kill, start_daemon, wait_until, write_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+# long: on a fresh machine the solver's pretraining alone takes 7-8 minutes (cached after that under
+# PROPEL_E2E_CACHE); `make test-long` runs it. `make test` covers the same pieces faster: real GRPO steps
+# against a real API (tests/integration/test_example_trainer.py), the versioned hf solver
+# (tests/unit/test_versioned_hf_solver.py) and the daemon in a closed loop (tests/e2e/test_closed_loop_quick.py).
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(3600)]
 PRETRAIN_STEPS = 3500  # a weaker solver solves none of the daemon's tasks: the first probe needs in-band ones
 
 
