@@ -263,6 +263,23 @@ class ProbeOnlyReward(ProbeReward):
         return self._record([float(x) for x in logits], [v.valid for v in checks], kwargs)
 
 
+PROBE_REWARDS = ("hard_gate", "soft_gate", "probe_only")
+
+
+def build_reward(kind: str, domain: Domain, scorer: Scorer, calibration_texts: Sequence[str], group_size: int,
+                 margin: float = 1.0) -> ProbeReward:
+    """The probe reward named by ``rl.reward``: what the daemon's engine and the toy benchmark both train on.
+
+    ``calibration_texts`` (reference texts of a base-policy sample) set the hard gate's floor."""
+    if kind == "hard_gate":
+        return HardGateReward.calibrated(domain, scorer, calibration_texts, group_size, margin)
+    if kind == "soft_gate":
+        return SoftGateReward(domain, scorer, group_size)
+    if kind == "probe_only":
+        return ProbeOnlyReward(domain, scorer, group_size)
+    raise ValueError(f"unknown probe reward {kind!r}: choose one of {', '.join(PROBE_REWARDS)}")
+
+
 class SolverInTheLoopReward(_LoggedReward):
     """SIL baseline: in-band indicator from ``band.k`` live solver attempts; counts solver trials."""
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Validity, get_domain
-from curriculum.rewards import HardGateReward, ProbeOnlyReward, ProbeReward, SoftGateReward
+from curriculum.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
@@ -120,15 +120,8 @@ class PropelEngine:
         self.scorer = ProbeScorer.from_artifacts(self.reference, [local(u) for u in artifact_uris],
                                                  self.cfg.probes.ensemble, [local(u) for u in aux_uris],
                                                  ExtractionConfig(batch_size=self.cfg.reference.batch_size))
-        group = self.cfg.rl.num_generations
-        margin = self.cfg.rl.invalid_floor_margin
-        texts = self.calibration_texts
-        if self.cfg.rl.reward == "hard_gate":
-            self.reward: ProbeReward = HardGateReward.calibrated(self.domain, self.scorer, texts, group, margin)
-        elif self.cfg.rl.reward == "soft_gate":
-            self.reward = SoftGateReward(self.domain, self.scorer, group)
-        else:
-            self.reward = ProbeOnlyReward(self.domain, self.scorer, group)
+        self.reward: ProbeReward = build_reward(self.cfg.rl.reward, self.domain, self.scorer, self.calibration_texts,
+                                                self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin)
         self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
                  f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
 
