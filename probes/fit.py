@@ -12,6 +12,7 @@ import numpy as np
 
 from probes.artifacts import Probe
 from probes.band import Band
+from probes.heads import ProbeHead
 from probes.inputs import FeatureSpec
 from probes.metrics import evaluate
 from probes.reference import FrozenReference
@@ -30,13 +31,12 @@ def validation_split(labels: np.ndarray, val_share: float, seed: int) -> tuple[n
     return train, val
 
 
-def fit_probe(x: np.ndarray, y: np.ndarray, *, reference: FrozenReference, spec: FeatureSpec, band: Band,
-              arch: str, balance: str = "downsample", config: TrainConfig | None = None, name: str = "probe",
-              training: dict[str, Any] | None = None, val_share: float = 0.2) -> Probe:
-    """Train a head on ``x``/``y`` (validation: ``val_share`` of the rows) and return the stamped probe.
+def fit_head(x: np.ndarray, y: np.ndarray, *, arch: str, balance: str = "downsample",
+             config: TrainConfig | None = None, val_share: float = 0.2) -> tuple[ProbeHead, dict[str, Any]]:
+    """Train a head on ``x``/``y`` (validation: ``val_share`` of the rows, :func:`validation_split`).
 
-    ``metrics`` holds ``train_rows`` and ``best_epoch``, plus the validation metrics (balanced accuracy,
-    F1, ECE, AUC, …) when the validation rows contain both classes.
+    Returns the head and its metrics: ``train_rows`` and ``best_epoch``, plus the validation metrics
+    (balanced accuracy, F1, ECE, AUC, …) when the validation rows contain both classes.
     """
     config = config or TrainConfig(seed=0)
     y = np.asarray(y).astype(int)
@@ -46,5 +46,13 @@ def fit_probe(x: np.ndarray, y: np.ndarray, *, reference: FrozenReference, spec:
     metrics: dict[str, Any] = {"train_rows": int(result.train_rows), "best_epoch": result.best_epoch}
     if has_val:
         metrics |= evaluate(y[va], result.head.probabilities(x[va])).to_dict()
-    return Probe(result.head, spec, reference.model_id, reference.fingerprint, reference.hidden_size,
+    return result.head, metrics
+
+
+def fit_probe(x: np.ndarray, y: np.ndarray, *, reference: FrozenReference, spec: FeatureSpec, band: Band,
+              arch: str, balance: str = "downsample", config: TrainConfig | None = None, name: str = "probe",
+              training: dict[str, Any] | None = None, val_share: float = 0.2) -> Probe:
+    """Train a head with :func:`fit_head` and return the stamped probe (``metrics`` as there)."""
+    head, metrics = fit_head(x, y, arch=arch, balance=balance, config=config, val_share=val_share)
+    return Probe(head, spec, reference.model_id, reference.fingerprint, reference.hidden_size,
                  (band.lo, band.hi), band.k, name=name, training=dict(training or {}), metrics=metrics)

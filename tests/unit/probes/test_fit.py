@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from probes.band import Band
-from probes.fit import fit_probe, validation_split
+from probes.fit import fit_head, fit_probe, validation_split
 from probes.inputs import FeatureSpec
 from probes.reference import FrozenReference
 from probes.training import TrainConfig
@@ -30,3 +30,12 @@ def test_fit_probe_stamps_reference_band_and_metrics(tiny_model, char_tokenizer)
     assert (probe.reference_fingerprint, probe.band, probe.k, probe.name) == (reference.fingerprint, (1, 3), 8, "p")
     assert probe.training == {"rows": 400}
     assert probe.metrics["balanced_accuracy"] > 0.7 and 0 < probe.metrics["train_rows"] <= 320
+
+
+def test_fit_head_trains_without_a_reference() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    y = (x[:, 1] > 0).astype(int)
+    head, metrics = fit_head(x, y, arch="linear", config=TrainConfig(seed=2, lr=0.05))
+    assert metrics["train_rows"] <= 160 and metrics["balanced_accuracy"] > 0.8
+    assert ((head.probabilities(x) >= 0.5) == y).mean() > 0.8
