@@ -62,7 +62,7 @@ GOAL_TRIAL_SHARE = 0.4
 @dataclass(frozen=True)
 class Settings:
     bootstraps: tuple[int, ...] = (0, 1)
-    seeds: int = 3
+    seeds: int = 5
     samples: int = 5120
     heldout: int = 1024
     budgets: tuple[int, ...] = (64, 128, 256, 384, 512, 768, 1024)
@@ -295,15 +295,18 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
 
 @click.command()
 @click.option("--quick", is_flag=True, help="tiny settings: checks the pipeline, not the goal")
-@click.option("--seeds", type=int, default=None, help="seeds per bootstrap (default 3)")
+@click.option("--seeds", type=int, default=None, help="seeds per bootstrap (default 5)")
+@click.option("--seed-share", type=float, default=None, help="active: share of the budget labelled uniformly first")
+@click.option("--rounds", type=int, default=None, help="active: rounds after the seed set")
 @click.option("--bootstraps", type=int, default=None, help="generator bootstraps, seeds 0..N-1 (default 2)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="active_labelling", show_default=True, help="result file name")
-def main(quick: bool, seeds: int | None, bootstraps: int | None, data_dir: Path, name: str) -> None:
+def main(quick: bool, seeds: int | None, seed_share: float | None, rounds: int | None, bootstraps: int | None,
+         data_dir: Path, name: str) -> None:
     """Uniform vs active corpus labelling: probe BA/ECE on a held-out set against solver trials."""
     settings = Settings.quick() if quick else Settings()
-    if seeds is not None:
-        settings = replace(settings, seeds=seeds)
+    given = {"seeds": seeds, "seed_share": seed_share, "rounds": rounds}
+    settings = replace(settings, **{k: v for k, v in given.items() if v is not None})
     if bootstraps is not None:
         settings = replace(settings, bootstraps=tuple(range(bootstraps)))
     data = run(settings, data_dir, name)
