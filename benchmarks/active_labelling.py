@@ -298,14 +298,15 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
 @click.option("--seeds", type=int, default=None, help="seeds per bootstrap (default 5)")
 @click.option("--seed-share", type=float, default=None, help="active: share of the budget labelled uniformly first")
 @click.option("--rounds", type=int, default=None, help="active: rounds after the seed set")
+@click.option("--members", type=int, default=None, help="active: ensemble members (1 = margin sampling, no std)")
 @click.option("--bootstraps", type=int, default=None, help="generator bootstraps, seeds 0..N-1 (default 2)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="active_labelling", show_default=True, help="result file name")
-def main(quick: bool, seeds: int | None, seed_share: float | None, rounds: int | None, bootstraps: int | None,
-         data_dir: Path, name: str) -> None:
+def main(quick: bool, seeds: int | None, seed_share: float | None, rounds: int | None, members: int | None,
+         bootstraps: int | None, data_dir: Path, name: str) -> None:
     """Uniform vs active corpus labelling: probe BA/ECE on a held-out set against solver trials."""
     settings = Settings.quick() if quick else Settings()
-    given = {"seeds": seeds, "seed_share": seed_share, "rounds": rounds}
+    given = {"seeds": seeds, "seed_share": seed_share, "rounds": rounds, "members": members}
     settings = replace(settings, **{k: v for k, v in given.items() if v is not None})
     if bootstraps is not None:
         settings = replace(settings, bootstraps=tuple(range(bootstraps)))
