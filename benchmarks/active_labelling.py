@@ -306,7 +306,7 @@ def main(quick: bool, seeds: int | None, seed_share: float | None, rounds: int |
          bootstraps: int | None, data_dir: Path, name: str) -> None:
     """Uniform vs active corpus labelling: probe BA/ECE on a held-out set against solver trials."""
     settings = Settings.quick() if quick else Settings()
-    given = {"seeds": seeds, "seed_share": seed_share, "rounds": rounds, "members": members}
+    given: dict[str, Any] = {"seeds": seeds, "seed_share": seed_share, "rounds": rounds, "members": members}
     settings = replace(settings, **{k: v for k, v in given.items() if v is not None})
     if bootstraps is not None:
         settings = replace(settings, bootstraps=tuple(range(bootstraps)))
