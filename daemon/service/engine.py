@@ -18,11 +18,11 @@ import numpy as np
 
 from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.first_probe import LabelledCorpus, distinct_valid_tasks, label_corpus, register_primaries
 from curriculum.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
-from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
@@ -37,7 +37,6 @@ from probes import (
     Probe,
     ProbeScorer,
     TrainConfig,
-    save_probe,
 )
 from probes.fit import fit_probe
 from probes.progress import ProgressReporter
@@ -129,39 +128,25 @@ class PropelEngine:
         with self.store.session() as s:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
-        texts, labels = self._offline_labels(self.cfg.probes.train_samples)
+        corpus = self._offline_labels(self.cfg.probes.train_samples)
         extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
-        with ProgressReporter("probe features", len(texts), unit="texts") as bar:
-            x = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
-        y = np.array([int(bool(lab.in_band)) for lab in labels])
-        ids = []
-        for member in range(self.cfg.probes.members):
-            name = f"{self.cfg.run_name}-primary-{member}"
-            probe = self._fit(x, y, name, seed=self.cfg.seed + member, training={
-                "rows": len(texts), "positives": int(y.sum()), "offline_solver_trials": len(texts) * self.band.k})
-            uri = self.artifacts.put_tree(save_probe(probe, self.run_dir / "probes" / name))
-            with self.store.session() as s:
-                ids.append(repo.register_probe(s, name, "primary", uri, self.reference.fingerprint,
-                                               {"metrics": probe.metrics, "training": probe.training},
-                                               run_id=self.run_id))
-        with self.store.session() as s:
-            repo.set_active_probes(s, ids, self.run_id)
+        with ProgressReporter("probe features", len(corpus.texts), unit="texts") as bar:
+            x = extractor.extract(corpus.texts, [self.spec], bar.advance)[self.spec]
+        y = corpus.y
+        training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials}
+        probes = [self._fit(x, y, f"{self.cfg.run_name}-primary-{member}", seed=self.cfg.seed + member,
+                            training=training) for member in range(self.cfg.probes.members)]
+        register_primaries(self.store, self.run_id, self.artifacts, probes, self.run_dir / "probes",
+                           self.reference.fingerprint)
 
-    def _offline_labels(self, n: int) -> tuple[list[str], list[LabelValue]]:
+    def _offline_labels(self, n: int) -> LabelledCorpus:
         """Sample ``n`` base-policy tasks and label them with ``k`` solver attempts each (offline trials)."""
         solver = build_configured_solver(self.cfg)
-        checks = [v for v in self.domain.validate_batch(self.trainer.sample(n, seed=self.cfg.seed + 1)) if v.valid]
-        tasks = list({v.task.content_hash: v.task for v in checks}.values())
+        tasks = distinct_valid_tasks(self.domain, self.trainer.sample(n, seed=self.cfg.seed + 1))
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
         with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
-            labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
-        keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
-        pos = sum(1 for i in keep if labels[i].in_band)
-        if pos == 0 or pos == len(keep):
-            raise RuntimeError(f"the offline probe set has {pos} in-band tasks of {len(keep)}: both classes are "
-                               "needed; change spotcheck.band_lo/band_hi or probes.train_samples")
-        return [self.domain.reference_text(tasks[i]) for i in keep], [labels[i] for i in keep]
+            return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
 
     def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
         return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,

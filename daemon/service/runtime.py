@@ -63,6 +63,15 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
     return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
 
 
+def assemble_driver(cfg: PropelConfig, store: Store, run_id: int, engine: PropelEngine, hooks: DriverHooks,
+                    should_stop: Callable[[], bool], metrics: PropelMetrics) -> Driver:
+    """The run's driver around ``engine``: the configured spot-checker and retrainer, its settings."""
+    spot = build_spot(cfg, store, engine)
+    retrainer = build_retrainer(cfg, store, engine)
+    return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
+                  should_stop=should_stop, metrics=metrics)
+
+
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
         progress: Progress) -> int:
     from daemon.service.engine import build_engine
@@ -77,10 +86,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
-        spot = build_spot(cfg, store, engine)
-        retrainer = build_retrainer(cfg, store, engine)
-        return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
-                      should_stop=stop.is_set, metrics=metrics)
+        return assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:

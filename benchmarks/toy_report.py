@@ -1,0 +1,128 @@
+"""The toy table's report: mean ± std over seeds, the issue's goals, the histogram plot, the README section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import RESULTS
+from probes.band import Band
+
+
+def aggregate(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Mean ± std over seeds for every row; histograms summed."""
+    table: dict[str, dict[str, Any]] = {}
+    for row, runs in per_seed.items():
+        def stat(key: str, runs: list[dict[str, Any]] = runs) -> tuple[float, float]:
+            values = np.array([float(r[key]) for r in runs])
+            return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+        entry: dict[str, Any] = {"seeds": len(runs)}
+        for key, out in (("utility", "utility"), ("validity", "valid"), ("self_bleu3", "self_bleu3"),
+                         ("distinct3", "distinct3"), ("top_topic_share", "top_topic")):
+            entry[f"{out}_mean"], entry[f"{out}_std"] = stat(key)
+        for key in ("online_solver_trials", "offline_solver_trials", "wall_s"):
+            entry[key] = stat(key)[0]
+        hist: dict[str, int] = {}
+        for r in runs:
+            for bucket, count in r["solve_histogram"].items():
+                hist[bucket] = hist.get(bucket, 0) + int(count)
+        entry["solve_histogram"] = hist
+        entry["top_topics"] = [r["top_topic"] for r in runs]
+        table[row] = entry
+    return table
+
+
+def goals(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's goals, evaluated on the measured numbers (reported, never tuned to pass)."""
+    base, propel = table["Base"], table["PROPEL"]
+    coevo, sil = table["PROPEL + co-evolution"], table["SIL"]
+    lift = propel["utility_mean"] - base["utility_mean"]
+    coevo_lift = coevo["utility_mean"] - base["utility_mean"]
+    sil_lift = sil["utility_mean"] - base["utility_mean"]
+    propel_trials = propel["offline_solver_trials"] + propel["online_solver_trials"]
+    sil_trials = sil["offline_solver_trials"] + sil["online_solver_trials"]
+    per_trial = lift / propel_trials if propel_trials else float("inf")
+    sil_per_trial = sil_lift / sil_trials if sil_trials else float("inf")
+    return {
+        "propel_ratio_vs_base": propel["utility_mean"] / max(base["utility_mean"], 1e-9),
+        "propel_doubles_base_with_0_online_trials": bool(
+            propel["utility_mean"] >= 2 * base["utility_mean"] and propel["online_solver_trials"] == 0),
+        "coevo_top_topic_minus_base": coevo["top_topic_mean"] - base["top_topic_mean"],
+        "coevo_share_of_single_probe_lift": coevo_lift / lift if lift else float("nan"),
+        "coevo_keeps_diversity_and_75pct_lift": bool(
+            coevo["top_topic_mean"] - base["top_topic_mean"] <= 0.1 and lift > 0 and coevo_lift >= 0.75 * lift),
+        "propel_lift_per_1k_solver_trials": 1000 * per_trial,
+        "sil_lift_per_1k_solver_trials": 1000 * sil_per_trial,
+        "propel_lift_per_trial_above_sil": bool(per_trial > sil_per_trial),
+    }
+
+
+def plot(table: dict[str, dict[str, Any]], path: Path, band: Band) -> None:
+    """Figure-6-style: share of all generations per solve count (band shaded), one panel per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = [*map(str, range(band.k + 1)), "invalid"]
+    fig, axes = plt.subplots(1, len(table), figsize=(3.0 * len(table), 3.2), sharey=True)
+    for ax, (row, entry) in zip(np.atleast_1d(axes), table.items(), strict=True):
+        hist = entry["solve_histogram"]
+        total = max(1, sum(hist.values()))
+        shares = [hist.get(b, 0) / total for b in buckets]
+        colors = ["tab:green" if b.isdigit() and band.lo <= int(b) <= band.hi else
+                  ("tab:gray" if b == "invalid" else "tab:blue") for b in buckets]
+        ax.bar(range(len(buckets)), shares, color=colors)
+        ax.set_xticks(range(len(buckets)), [b if b != "invalid" else "inv" for b in buckets], fontsize=7)
+        ax.set_title(f"{row}\nutility {entry['utility_mean']:.2f}", fontsize=8)
+        ax.set_xlabel(f"solves of {band.k}", fontsize=7)
+    np.atleast_1d(axes)[0].set_ylabel("share of all generations")
+    fig.suptitle("toy PROPEL (arith, synthetic solver): solve-count histograms, band 1–3 of 8 in green", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
+    head = ("| row | utility | valid | Self-BLEU-3 | Distinct-3 | top-topic | online solver trials "
+            "| offline solver trials | wall s |\n|---|---|---|---|---|---|---|---|---|\n")
+    lines = [
+        f"| {row} | {e['utility_mean']:.3f} ± {e['utility_std']:.3f} | {e['valid_mean']:.3f} | "
+        f"{e['self_bleu3_mean']:.3f} | {e['distinct3_mean']:.3f} | {e['top_topic_mean']:.3f} | "
+        f"{e['online_solver_trials']:.0f} | {e['offline_solver_trials']:.0f} | {e['wall_s']:.0f} |"
+        for row, e in table.items()
+    ]
+    g = meta["goals"]
+    notes = (
+        f"\nSettings: {meta['settings']}. Mean ± std over {meta['settings']['seeds']} seeds; the two "
+        f"PROPEL-linear rows train {meta['settings']['linear_steps']} GRPO steps, the other RL rows "
+        f"{meta['settings']['steps']}; co-evolution forks at half of its run's steps. Solver: "
+        f"`{meta['solver']}` (synthetic benchmark instrument). Co-evolution trials (spot-checks) are "
+        "counted as offline. Goals (measured, not tuned): "
+        f"PROPEL/base = {g['propel_ratio_vs_base']:.2f} (goal ≥ 2: {g['propel_doubles_base_with_0_online_trials']}); "
+        f"co-evolution top-topic − base = {g['coevo_top_topic_minus_base']:+.3f}, share of single-probe lift kept = "
+        f"{g['coevo_share_of_single_probe_lift']:.2f} (goal ≤ 0.1 and ≥ 0.75: "
+        f"{g['coevo_keeps_diversity_and_75pct_lift']}); lift per 1k solver trials PROPEL "
+        f"{g['propel_lift_per_1k_solver_trials']:.4f} vs SIL {g['sil_lift_per_1k_solver_trials']:.4f} "
+        f"({g['propel_lift_per_trial_above_sil']}).\n"
+    )
+    return "## toy_propel\n\n" + head + "\n".join(lines) + "\n" + notes
+
+
+def write_readme_section(section: str) -> Path:
+    """Replace (or add) the ``## toy_propel`` section of ``benchmarks/results/README.md``."""
+    path = RESULTS / "README.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
+    start = text.find("## toy_propel")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+    return path
+
+
