@@ -262,7 +262,8 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
 
 
 def retire_ready(driver: Driver) -> int:
-    """Re-score the run's ready tasks with the new primary; those below the emission threshold go stale."""
+    """Re-score the run's ready tasks with the new primary: those below the emission threshold go stale,
+    the others carry the new probability (lease selection by ``predicted_in_band`` sees it)."""
     rows = refresh.ready_tasks(driver.store, driver.run_id)
     if not rows:
         return 0
@@ -273,4 +274,4 @@ def retire_ready(driver: Driver) -> int:
         lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
                                                   zip(rows, scored.logits, scored.probabilities, strict=True)])
     probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
-    return refresh.retire_stale(driver.store, driver.run_id, probs, driver.s.min_probability)
+    return refresh.rescore_ready(driver.store, driver.run_id, probs, driver.s.min_probability)

@@ -19,7 +19,7 @@ from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.spotcheck import harvest_labels, run_spotcheck
 from curriculum.staleness import StalenessPolicy
-from curriculum.store import queue, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, QueueItem
 from daemon.loop.driver import Driver
@@ -126,6 +126,12 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     with store.session() as s:
         served = [x.task_id for x in queue.lease(s, 1000, 600, "trainer-2", max_attempts=5, run_id=driver.run_id)]
     assert not set(served) & set(stale)
+    kept = [t for t, st in states.items() if st == "ready"]
+    with store.session() as s:  # the served tasks carry the new primary's probability, as leases select on it
+        scores = lineage.latest_scores(s, kept)
+        predicted = dict(s.execute(select(QueueItem.task_id, QueueItem.predicted_in_band)
+                                   .where(QueueItem.task_id.in_(kept))).all())
+    assert kept and all(predicted[t] == pytest.approx(scores[t][1]) for t in kept)
 
 
 def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) -> None:
