@@ -96,8 +96,13 @@ def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
         for row, e in table.items()
     ]
     g = meta["goals"]
+    aux = aux_summary(meta.get("per_seed", {}))
     notes = (
-        f"\nSettings: {meta['settings']}. Mean ± std over {meta['settings']['seeds']} seeds; the two "
+        f"\nCommit {meta.get('commit', '?')}. Every RL row runs the daemon's code: a run store per row, the "
+        "daemon's engine (GRPO chunk, configured hard-gate reward) and, for co-evolution, its driver for one "
+        "cycle (sample, in-process spot-checks, false-positive mining, aux retrain gated by "
+        f"`daemon.retrain_min_false_positives`, emission) before the second half; {aux}. "
+        f"Settings: {meta['settings']}. Mean ± std over {meta['settings']['seeds']} seeds; the two "
         f"PROPEL-linear rows train {meta['settings']['linear_steps']} GRPO steps, the other RL rows "
         f"{meta['settings']['steps']}; co-evolution forks at half of its run's steps. Solver: "
         f"`{meta['solver']}` (synthetic benchmark instrument). Co-evolution trials (spot-checks) are "
@@ -110,6 +115,18 @@ def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
         f"({g['propel_lift_per_trial_above_sil']}).\n"
     )
     return "## toy_propel\n\n" + head + "\n".join(lines) + "\n" + notes
+
+
+def aux_summary(per_seed: dict[str, list[dict[str, Any]]]) -> str:
+    """How many co-evolution runs activated an aux probe (the daemon trains one only past its gate)."""
+    parts = []
+    for row, runs in per_seed.items():
+        infos = [r["coevolution"] for r in runs if "coevolution" in r]
+        if infos:
+            done = sum(1 for i in infos if i.get("aux_probe"))
+            fps = [int(i.get("spotcheck_false_positives", 0)) for i in infos]
+            parts.append(f"{row}: aux probe in {done} of {len(infos)} runs (false positives mined {fps})")
+    return "; ".join(parts) or "no co-evolution rows"
 
 
 def write_readme_section(section: str) -> Path:
