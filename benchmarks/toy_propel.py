@@ -113,11 +113,11 @@ class Shared:
     bootstrap_validity: float
 
 
-def _solver() -> SyntheticArithSolver:
+def benchmark_solver() -> SyntheticArithSolver:
     return SyntheticArithSolver(slope=1.0, offset=6.0, seed=0)
 
 
-def _never() -> bool:
+def never_stop() -> bool:
     return False
 
 
@@ -127,7 +127,7 @@ def build_shared(settings: Settings, data_dir: Path) -> Shared:
     model, tok = load_bootstrapped(boot.path)
     domain = ArithDomain()
     texts = sample_completions(model, tok, domain.generator_prompts(settings.corpus, 0), seed=0)
-    corpus = label_corpus(domain, _solver(), distinct_valid_tasks(domain, texts), BAND, Sampling(seed=1))
+    corpus = label_corpus(domain, benchmark_solver(), distinct_valid_tasks(domain, texts), BAND, Sampling(seed=1))
     reference = FrozenReference.load(str(boot.path))
     feats = FeatureExtractor(reference).extract(corpus.texts, [SPEC_A, SPEC_B])
     y = corpus.y
@@ -168,8 +168,8 @@ def open_row(cfg: PropelConfig, shared: Shared, members: list[str]) -> tuple[Sto
     return store, run_id, build_engine(cfg, store, run_id, say=log.debug)
 
 
-def _evaluate(sample: list[str], seed: int) -> EvaluationResult:
-    return evaluate_texts(sample, ArithDomain(), _solver(), BAND, Sampling(seed=1000 + seed))
+def evaluate(sample: list[str], seed: int) -> EvaluationResult:
+    return evaluate_texts(sample, ArithDomain(), benchmark_solver(), BAND, Sampling(seed=1000 + seed))
 
 
 def _record(result: EvaluationResult, online: int, offline: int, wall_s: float,
@@ -184,7 +184,7 @@ def coevolve(cfg: PropelConfig, shared: Shared, members: list[str], steps: int, 
     store, run_id, engine = open_row(cfg, shared, members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
-    driver = assemble_driver(cfg, store, run_id, engine, hooks, _never, metrics)
+    driver = assemble_driver(cfg, store, run_id, engine, hooks, never_stop, metrics)
     driver.s = replace(driver.s, steps_per_chunk=steps)
     info: dict[str, Any] = {}
     try:
@@ -199,7 +199,7 @@ def coevolve(cfg: PropelConfig, shared: Shared, members: list[str], steps: int, 
         info |= {"spotcheck_trials": trials, "aux_probe": bool(job and job.state == "done"),
                  "retrain_state": job.state if job else "not started", "retrain_reason": job.reason if job else None,
                  **({k: job.result.get(k) for k in ("positives", "negatives", "false_positives")} if job else {})}
-        return _evaluate(engine.sample(eval_n, 100 + seed), seed), info
+        return evaluate(engine.sample(eval_n, 100 + seed), seed), info
     finally:
         hooks.close()
         store.dispose()
@@ -215,15 +215,15 @@ def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, me
     store, run_id, engine = open_row(cfg, shared, members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
-    report = assemble_driver(cfg, store, run_id, engine, hooks, _never, metrics).tick()  # cycle 0: RL, first half
+    report = assemble_driver(cfg, store, run_id, engine, hooks, never_stop, metrics).tick()  # cycle 0: RL, first half
     assert report.phase == "rl", report
     hooks.close()
     store.dispose()
     fork = cfg.model_copy(update={"data_dir": root / f"{run}-coevo"})
     shutil.copytree(cfg.data_dir, fork.data_dir)  # the run's whole state: store, checkpoint, artifacts
     shared_s = time.perf_counter() - started
-    engine.rl_chunk(steps - half, _never, 1.0)
-    single = _record(_evaluate(engine.sample(settings.eval_n, 100 + seed), seed), 0, shared.corpus_trials,
+    engine.rl_chunk(steps - half, never_stop, 1.0)
+    single = _record(evaluate(engine.sample(settings.eval_n, 100 + seed), seed), 0, shared.corpus_trials,
                      time.perf_counter() - started, {"adapter_hash": engine.trainer.adapter_hash()})
     store.dispose()
     started = time.perf_counter()
@@ -238,14 +238,14 @@ def run_plain(shared: Shared, settings: Settings, root: Path, seed: int, row: st
     started = time.perf_counter()
     cfg = row_config(shared, settings, root, f"{row.lower()}-{seed}", seed, settings.steps)
     store, _, engine = open_row(cfg, shared, ["mlp"] if row == "SIL" else ["mlp", "mlp_b"])
-    sil = SolverInTheLoopReward(ArithDomain(), _solver(), BAND, settings.group, Sampling(seed=3))
+    sil = SolverInTheLoopReward(ArithDomain(), benchmark_solver(), BAND, settings.group, Sampling(seed=3))
     if row == "SIL":  # the baseline's reward is not a product reward: the engine trains on it all the same
         engine.reward = sil  # type: ignore[assignment]
-    engine.rl_chunk(settings.steps, _never, 1.0)
+    engine.rl_chunk(settings.steps, never_stop, 1.0)
     store.dispose()
     online = sil.solver_trials if row == "SIL" else 0
     offline = 0 if row == "SIL" else shared.corpus_trials
-    return _record(_evaluate(engine.sample(settings.eval_n, 100 + seed), seed), online, offline,
+    return _record(evaluate(engine.sample(settings.eval_n, 100 + seed), seed), online, offline,
                    time.perf_counter() - started)
 
 
@@ -253,7 +253,7 @@ def run_base(shared: Shared, settings: Settings, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     model, tok = load_bootstrapped(shared.gen_path)
     texts = sample_completions(model, tok, ArithDomain().generator_prompts(settings.eval_n, seed), seed=100 + seed)
-    return _record(_evaluate(texts, seed), 0, 0, time.perf_counter() - started)
+    return _record(evaluate(texts, seed), 0, 0, time.perf_counter() - started)
 
 
 def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
@@ -277,7 +277,7 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
             click.echo(f"seed {seed} done at {time.perf_counter() - started:.0f}s: " + ", ".join(
                 f"{r} {per_seed[r][-1]['utility']:.3f}" for r in ROWS))
     table = aggregate(per_seed)
-    meta = {"settings": settings.__dict__, "solver": _solver().solver_id, "band": BAND.__dict__,
+    meta = {"settings": settings.__dict__, "solver": benchmark_solver().solver_id, "band": BAND.__dict__,
             "generator": str(shared.gen_path), "bootstrap_validity": shared.bootstrap_validity,
             "probes": shared.probe_metrics, "corpus_solver_trials": shared.corpus_trials, "goals": goals(table),
             "total_wall_s": time.perf_counter() - started}
