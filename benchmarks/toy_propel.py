@@ -47,10 +47,10 @@ import click
 import torch
 from sqlalchemy import func, select
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from benchmarks.toy_report import aggregate, goals, markdown, plot, write_readme_section
 from curriculum import retrain
-from curriculum.bootstrap import bootstrap, load_bootstrapped
+from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.domains.arith import ArithDomain
 from curriculum.evaluation import EvaluationResult, evaluate_texts
 from curriculum.first_probe import distinct_valid_tasks, label_corpus, register_primaries
@@ -74,6 +74,8 @@ from probes.fit import fit_probe
 
 ROWS = ("Base", "PROPEL", "PROPEL-WCO", "PROPEL + co-evolution", "PROPEL-linear", "PROPEL-linear + co-evolution",
         "SIL")
+#: rows of issue #22, run on request (``--rows``): the PROPEL pair with ``rl.diversity_weight`` on for the whole run
+DIVERSITY_ROWS = ("PROPEL + diversity", "PROPEL + co-evolution + diversity")
 COLUMNS = ("utility_mean", "utility_std", "valid_mean", "self_bleu3_mean", "distinct3_mean", "top_topic_mean",
            "online_solver_trials", "offline_solver_trials", "wall_s")
 SPEC_A = FeatureSpec(layer=-1, pooling="mean_full")
@@ -94,6 +96,8 @@ class Settings:
     batch: int = 16
     group: int = 8
     linear_steps: int = 180
+    bootstraps: int = 1
+    diversity_weight: float = 1.0
 
     @staticmethod
     def quick() -> Settings:
@@ -121,9 +125,10 @@ def never_stop() -> bool:
     return False
 
 
-def build_shared(settings: Settings, data_dir: Path) -> Shared:
+def build_shared(settings: Settings, data_dir: Path, bootstrap_seed: int = 0) -> Shared:
     """Bootstrap, the labelled corpus (offline solver trials) and three probes on it, by the daemon's code."""
-    boot = bootstrap("arith", data_dir, steps=settings.bootstrap_steps, show_progress=False)
+    boot = bootstrap("arith", data_dir, steps=settings.bootstrap_steps, show_progress=False,
+                     settings=BootstrapSettings(seed=bootstrap_seed))
     model, tok = load_bootstrapped(boot.path)
     domain = ArithDomain()
     texts = sample_completions(model, tok, domain.generator_prompts(settings.corpus, 0), seed=0)
@@ -140,8 +145,10 @@ def build_shared(settings: Settings, data_dir: Path) -> Shared:
     return Shared(boot.path, reference.fingerprint, probes, metrics, corpus.solver_trials, boot.validity)
 
 
-def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: int, chunk: int) -> PropelConfig:
-    """The daemon config of one row's run: embedded store under ``root/run``, synthetic solver."""
+def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: int, chunk: int,
+               rl: dict[str, Any] | None = None) -> PropelConfig:
+    """The daemon config of one row's run: embedded store under ``root/run``, synthetic solver; ``rl``
+    overrides settings of the ``rl`` section (e.g. ``diversity_weight``)."""
     return PropelConfig.model_validate({
         "data_dir": str(root / run), "run_name": run, "seed": seed,
         "generator": {"model": str(shared.gen_path)}, "domain": {"name": "arith"},
@@ -150,7 +157,7 @@ def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: i
         "spotcheck": {"k": BAND.k, "band_lo": BAND.lo, "band_hi": BAND.hi, "min_valid_trials": BAND.min_valid_trials,
                       "budget_per_cycle": settings.spot_budget, "budget_per_hour": max(512, settings.spot_budget)},
         "rl": {"steps_per_chunk": chunk, "num_generations": settings.group, "batch_size": settings.batch,
-               "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0},
+               "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0, **(rl or {})},
         "daemon": {"sample_size": settings.spot_n, "serve_api": False},
         "alerts": {"sample_size": min(96, settings.spot_n)},
     })
@@ -206,12 +213,13 @@ def coevolve(cfg: PropelConfig, shared: Shared, members: list[str], steps: int, 
 
 
 def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, members: list[str],
-                   name: str, steps: int) -> dict[str, dict[str, Any]]:
-    """A single-probe run and its co-evolution fork after the first half (same total steps)."""
+                   names: tuple[str, str], steps: int, rl: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """A single-probe run and its co-evolution fork after the first half (same total steps), as
+    rows ``names`` = (single, co-evolution)."""
     half = max(1, steps // 2)
     started = time.perf_counter()
-    run = f"{name.lower()}-{seed}"
-    cfg = row_config(shared, settings, root, run, seed, half)
+    run = f"{names[0].lower().replace(' + ', '-')}-{seed}"
+    cfg = row_config(shared, settings, root, run, seed, half, rl)
     store, run_id, engine = open_row(cfg, shared, members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
@@ -230,7 +238,7 @@ def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, me
     result, info = coevolve(fork, shared, members, steps - half, settings.eval_n, seed)
     coevo = _record(result, 0, shared.corpus_trials + int(info["spotcheck_trials"]),
                     shared_s + time.perf_counter() - started, {"coevolution": info})
-    return {name: single, f"{name} + co-evolution": coevo}
+    return {names[0]: single, names[1]: coevo}
 
 
 def run_plain(shared: Shared, settings: Settings, root: Path, seed: int, row: str) -> dict[str, Any]:
@@ -256,35 +264,46 @@ def run_base(shared: Shared, settings: Settings, seed: int) -> dict[str, Any]:
     return _record(evaluate(texts, seed), 0, 0, time.perf_counter() - started)
 
 
-def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
+def run_seed(shared: Shared, settings: Settings, root: Path, seed: int, rows: tuple[str, ...]
+             ) -> dict[str, dict[str, Any]]:
+    """Every requested row for one seed (a pair runs when either of its rows is requested)."""
+    out: dict[str, dict[str, Any]] = {}
+    if "Base" in rows:
+        out["Base"] = run_base(shared, settings, seed)
+    pairs = ((("PROPEL", "PROPEL + co-evolution"), ["mlp"], settings.steps, None),
+             (("PROPEL-linear", "PROPEL-linear + co-evolution"), ["linear"], settings.linear_steps, None),
+             (DIVERSITY_ROWS, ["mlp"], settings.steps, {"diversity_weight": settings.diversity_weight}))
+    for names, members, steps, rl in pairs:
+        if set(names) & set(rows):
+            out |= run_probe_pair(shared, settings, root, seed, members, names, steps, rl)
+    out |= {row: run_plain(shared, settings, root, seed, row) for row in ("PROPEL-WCO", "SIL") if row in rows}
+    return {row: value | {"seed": seed} for row, value in out.items() if row in rows}
+
+
+def run(settings: Settings, data_dir: Path, name: str, rows: tuple[str, ...] = ROWS) -> dict[str, Any]:
     """Everything; one torch thread (on a shared 2-core box, 2 threads made GRPO steps 10× slower)."""
     torch.set_num_threads(1)
     started = time.perf_counter()
-    shared = build_shared(settings, data_dir)
-    per_seed: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
-
-    def add(rows: dict[str, dict[str, Any]]) -> None:
-        for row, value in rows.items():
-            per_seed[row].append(value)
-
+    per_seed: dict[str, list[dict[str, Any]]] = {row: [] for row in rows}
+    probe_metrics, corpus_trials, validity = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="toy_propel_") as tmp:
-        for seed in range(settings.seeds):
-            add({"Base": run_base(shared, settings, seed)})
-            add(run_probe_pair(shared, settings, Path(tmp), seed, ["mlp"], "PROPEL", settings.steps))
-            add(run_probe_pair(shared, settings, Path(tmp), seed, ["linear"], "PROPEL-linear",
-                               settings.linear_steps))
-            add({row: run_plain(shared, settings, Path(tmp), seed, row) for row in ("PROPEL-WCO", "SIL")})
-            click.echo(f"seed {seed} done at {time.perf_counter() - started:.0f}s: " + ", ".join(
-                f"{r} {per_seed[r][-1]['utility']:.3f}" for r in ROWS))
+        for b in range(settings.bootstraps):
+            shared = build_shared(settings, data_dir, bootstrap_seed=b)
+            probe_metrics[b], corpus_trials[b], validity[b] = (shared.probe_metrics, shared.corpus_trials,
+                                                                shared.bootstrap_validity)
+            for seed in range(settings.seeds):
+                for row, value in run_seed(shared, settings, Path(tmp) / f"b{b}", seed, rows).items():
+                    per_seed[row].append(value | {"bootstrap": b})
+                click.echo(f"bootstrap {b} seed {seed} done at {time.perf_counter() - started:.0f}s: " + ", ".join(
+                    f"{r} {per_seed[r][-1]['utility']:.3f}" for r in rows))
     table = aggregate(per_seed)
     meta = {"settings": settings.__dict__, "solver": benchmark_solver().solver_id, "band": BAND.__dict__,
-            "generator": str(shared.gen_path), "bootstrap_validity": shared.bootstrap_validity,
-            "probes": shared.probe_metrics, "corpus_solver_trials": shared.corpus_trials, "goals": goals(table),
-            "total_wall_s": time.perf_counter() - started}
-    data = {**meta, "rows": list(ROWS), "columns": list(COLUMNS), "table": table, "per_seed": per_seed}
+            "bootstrap_validity": validity, "probes": probe_metrics, "corpus_solver_trials": corpus_trials,
+            "goals": goals(table), "total_wall_s": time.perf_counter() - started, "commit": COMMIT_AT_START}
+    data = {**meta, "rows": list(rows), "columns": list(COLUMNS), "table": table, "per_seed": per_seed}
     write_result(name, data)
     plot(table, RESULTS / f"{name}.png", BAND)
-    write_readme_section(markdown(table, meta))
+    write_readme_section(markdown(table, data, name), name)
     return data
 
 
@@ -294,14 +313,27 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
 @click.option("--steps", type=int, default=None, help="GRPO steps per RL run")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="toy_propel", show_default=True, help="result file name under benchmarks/results")
-def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str) -> None:
+@click.option("--rows", default=",".join(ROWS), show_default=True,
+              help=f"comma-separated rows to run; also {', '.join(DIVERSITY_ROWS)}")
+@click.option("--bootstraps", type=int, default=None, help="generator bootstraps (seeds 0..N-1; default 1): the "
+              "spread across them is reported next to the spread across seeds")
+@click.option("--diversity-weight", type=float, default=None, help="rl.diversity_weight of the diversity rows "
+              "(default 1.0)")
+def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str, rows: str,
+         bootstraps: int | None, diversity_weight: float | None) -> None:
     """Run the toy PROPEL benchmark on the daemon's code and write JSON, PNG and the README table."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # every row's store is migrated: say it once
+    chosen = tuple(r.strip() for r in rows.split(",") if r.strip())
+    unknown = [r for r in chosen if r not in ROWS + DIVERSITY_ROWS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown rows {unknown}: choose from {', '.join(ROWS + DIVERSITY_ROWS)}",
+                                 param_hint="--rows")
     settings = Settings.quick() if quick else Settings()
-    settings = replace(settings, **{k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None})
-    data = run(settings, data_dir, name)
-    click.echo(markdown(data["table"], data))
+    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("bootstraps", bootstraps),
+                                                   ("diversity_weight", diversity_weight)) if v is not None}
+    data = run(replace(settings, **overrides), data_dir, name, chosen)
+    click.echo(markdown(data["table"], data, name))
 
 
 if __name__ == "__main__":

@@ -31,33 +31,51 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, 
                 hist[bucket] = hist.get(bucket, 0) + int(count)
         entry["solve_histogram"] = hist
         entry["top_topics"] = [r["top_topic"] for r in runs]
+        boots = sorted({int(r.get("bootstrap", 0)) for r in runs})
+        if len(boots) > 1:  # the spread across generator bootstraps, next to the one across seeds
+            for key, out in (("utility", "utility"), ("self_bleu3", "self_bleu3"), ("distinct3", "distinct3")):
+                means = [float(np.mean([r[key] for r in runs if int(r.get("bootstrap", 0)) == b])) for b in boots]
+                entry[f"{out}_by_bootstrap"] = means
+                entry[f"{out}_bootstrap_range"] = max(means) - min(means)
         table[row] = entry
     return table
 
 
 def goals(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's goals, evaluated on the measured numbers (reported, never tuned to pass)."""
-    base, propel = table["Base"], table["PROPEL"]
-    coevo, sil = table["PROPEL + co-evolution"], table["SIL"]
+    """The issues' goals on the rows that ran (reported, never tuned to pass)."""
+    out: dict[str, Any] = {}
+    base, propel = table.get("Base"), table.get("PROPEL")
+    if base is None or propel is None:
+        return out
     lift = propel["utility_mean"] - base["utility_mean"]
-    coevo_lift = coevo["utility_mean"] - base["utility_mean"]
-    sil_lift = sil["utility_mean"] - base["utility_mean"]
-    propel_trials = propel["offline_solver_trials"] + propel["online_solver_trials"]
-    sil_trials = sil["offline_solver_trials"] + sil["online_solver_trials"]
-    per_trial = lift / propel_trials if propel_trials else float("inf")
-    sil_per_trial = sil_lift / sil_trials if sil_trials else float("inf")
-    return {
-        "propel_ratio_vs_base": propel["utility_mean"] / max(base["utility_mean"], 1e-9),
-        "propel_doubles_base_with_0_online_trials": bool(
-            propel["utility_mean"] >= 2 * base["utility_mean"] and propel["online_solver_trials"] == 0),
-        "coevo_top_topic_minus_base": coevo["top_topic_mean"] - base["top_topic_mean"],
-        "coevo_share_of_single_probe_lift": coevo_lift / lift if lift else float("nan"),
-        "coevo_keeps_diversity_and_75pct_lift": bool(
-            coevo["top_topic_mean"] - base["top_topic_mean"] <= 0.1 and lift > 0 and coevo_lift >= 0.75 * lift),
-        "propel_lift_per_1k_solver_trials": 1000 * per_trial,
-        "sil_lift_per_1k_solver_trials": 1000 * sil_per_trial,
-        "propel_lift_per_trial_above_sil": bool(per_trial > sil_per_trial),
-    }
+    out["propel_ratio_vs_base"] = propel["utility_mean"] / max(base["utility_mean"], 1e-9)
+    out["propel_doubles_base_with_0_online_trials"] = bool(
+        propel["utility_mean"] >= 2 * base["utility_mean"] and propel["online_solver_trials"] == 0)
+    if (coevo := table.get("PROPEL + co-evolution")) is not None:
+        coevo_lift = coevo["utility_mean"] - base["utility_mean"]
+        out["coevo_top_topic_minus_base"] = coevo["top_topic_mean"] - base["top_topic_mean"]
+        out["coevo_share_of_single_probe_lift"] = coevo_lift / lift if lift else float("nan")
+        out["coevo_keeps_diversity_and_75pct_lift"] = bool(
+            coevo["top_topic_mean"] - base["top_topic_mean"] <= 0.1 and lift > 0 and coevo_lift >= 0.75 * lift)
+    if (div := table.get("PROPEL + co-evolution + diversity")) is not None:  # issue #22's first goal
+        div_lift = div["utility_mean"] - base["utility_mean"]
+        out["coevo_div_share_of_propel_lift"] = div_lift / lift if lift else float("nan")
+        out["coevo_div_self_bleu3_minus_base"] = div["self_bleu3_mean"] - base["self_bleu3_mean"]
+        out["coevo_div_distinct3_minus_base"] = div["distinct3_mean"] - base["distinct3_mean"]
+        out["coevo_div_top_topic_minus_base"] = div["top_topic_mean"] - base["top_topic_mean"]
+        out["coevo_div_meets_goal"] = bool(
+            lift > 0 and div_lift >= 0.75 * lift and out["coevo_div_self_bleu3_minus_base"] <= 0.03
+            and out["coevo_div_distinct3_minus_base"] >= -0.03 and out["coevo_div_top_topic_minus_base"] <= 0.1)
+    if (sil := table.get("SIL")) is not None:
+        sil_lift = sil["utility_mean"] - base["utility_mean"]
+        propel_trials = propel["offline_solver_trials"] + propel["online_solver_trials"]
+        sil_trials = sil["offline_solver_trials"] + sil["online_solver_trials"]
+        per_trial = lift / propel_trials if propel_trials else float("inf")
+        sil_per_trial = sil_lift / sil_trials if sil_trials else float("inf")
+        out["propel_lift_per_1k_solver_trials"] = 1000 * per_trial
+        out["sil_lift_per_1k_solver_trials"] = 1000 * sil_per_trial
+        out["propel_lift_per_trial_above_sil"] = bool(per_trial > sil_per_trial)
+    return out
 
 
 def plot(table: dict[str, dict[str, Any]], path: Path, band: Band) -> None:
@@ -86,35 +104,48 @@ def plot(table: dict[str, dict[str, Any]], path: Path, band: Band) -> None:
     plt.close(fig)
 
 
-def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
+GOAL_TEXT = {
+    "propel_doubles_base_with_0_online_trials": "PROPEL ≥ 2× base utility with 0 online trials",
+    "coevo_keeps_diversity_and_75pct_lift": "co-evolution keeps ≥ 75 % of the lift, top-topic ≤ base + 0.1",
+    "coevo_div_meets_goal": "co-evolution + diversity keeps ≥ 75 % of PROPEL's lift with Self-BLEU-3 ≤ base + 0.03, "
+                            "Distinct-3 ≥ base − 0.03, top-topic ≤ base + 0.1",
+    "propel_lift_per_trial_above_sil": "PROPEL's lift per solver trial above SIL's",
+}
+
+
+def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any], name: str = "toy_propel") -> str:
     head = ("| row | utility | valid | Self-BLEU-3 | Distinct-3 | top-topic | online solver trials "
             "| offline solver trials | wall s |\n|---|---|---|---|---|---|---|---|---|\n")
     lines = [
         f"| {row} | {e['utility_mean']:.3f} ± {e['utility_std']:.3f} | {e['valid_mean']:.3f} | "
-        f"{e['self_bleu3_mean']:.3f} | {e['distinct3_mean']:.3f} | {e['top_topic_mean']:.3f} | "
-        f"{e['online_solver_trials']:.0f} | {e['offline_solver_trials']:.0f} | {e['wall_s']:.0f} |"
+        f"{e['self_bleu3_mean']:.3f} ± {e['self_bleu3_std']:.3f} | {e['distinct3_mean']:.3f} ± {e['distinct3_std']:.3f}"
+        f" | {e['top_topic_mean']:.3f} | {e['online_solver_trials']:.0f} | {e['offline_solver_trials']:.0f} | "
+        f"{e['wall_s']:.0f} |"
         for row, e in table.items()
     ]
-    g = meta["goals"]
-    aux = aux_summary(meta.get("per_seed", {}))
+    settings = meta["settings"]
+    spread = ""
+    if settings.get("bootstraps", 1) > 1:
+        spread = " Spread across generator bootstraps (range of per-bootstrap means): " + "; ".join(
+            f"{row} utility {e['utility_bootstrap_range']:.3f}, Self-BLEU-3 {e['self_bleu3_bootstrap_range']:.3f}"
+            for row, e in table.items() if "utility_bootstrap_range" in e) + "."
+    numbers = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
+                        for k, v in meta["goals"].items() if k not in GOAL_TEXT)
+    verdicts = "; ".join(f"{text}: **{'met' if meta['goals'][k] else 'not met'}**" for k, text in GOAL_TEXT.items()
+                         if k in meta["goals"])
     notes = (
         f"\nCommit {meta.get('commit', '?')}. Every RL row runs the daemon's code: a run store per row, the "
         "daemon's engine (GRPO chunk, configured hard-gate reward) and, for co-evolution, its driver for one "
         "cycle (sample, in-process spot-checks, false-positive mining, aux retrain gated by "
-        f"`daemon.retrain_min_false_positives`, emission) before the second half; {aux}. "
-        f"Settings: {meta['settings']}. Mean ± std over {meta['settings']['seeds']} seeds; the two "
-        f"PROPEL-linear rows train {meta['settings']['linear_steps']} GRPO steps, the other RL rows "
-        f"{meta['settings']['steps']}; co-evolution forks at half of its run's steps. Solver: "
-        f"`{meta['solver']}` (synthetic benchmark instrument). Co-evolution trials (spot-checks) are "
-        "counted as offline. Goals (measured, not tuned): "
-        f"PROPEL/base = {g['propel_ratio_vs_base']:.2f} (goal ≥ 2: {g['propel_doubles_base_with_0_online_trials']}); "
-        f"co-evolution top-topic − base = {g['coevo_top_topic_minus_base']:+.3f}, share of single-probe lift kept = "
-        f"{g['coevo_share_of_single_probe_lift']:.2f} (goal ≤ 0.1 and ≥ 0.75: "
-        f"{g['coevo_keeps_diversity_and_75pct_lift']}); lift per 1k solver trials PROPEL "
-        f"{g['propel_lift_per_1k_solver_trials']:.4f} vs SIL {g['sil_lift_per_1k_solver_trials']:.4f} "
-        f"({g['propel_lift_per_trial_above_sil']}).\n"
+        f"`daemon.retrain_min_false_positives`, emission) before the second half; "
+        f"{aux_summary(meta.get('per_seed', {}))}. Settings: {settings}. Mean ± std over "
+        f"{settings['seeds']} seeds × {settings.get('bootstraps', 1)} generator bootstrap(s); the PROPEL-linear "
+        f"rows train {settings['linear_steps']} GRPO steps, the other RL rows {settings['steps']}; co-evolution "
+        f"forks at half of its run's steps. Solver: `{meta['solver']}` (synthetic benchmark instrument). "
+        f"Co-evolution trials (spot-checks) are counted as offline.{spread}\n\n"
+        f"Goals (measured, not tuned): {verdicts}. Numbers: {numbers}.\n"
     )
-    return "## toy_propel\n\n" + head + "\n".join(lines) + "\n" + notes
+    return f"## {name}\n\n" + head + "\n".join(lines) + "\n" + notes
 
 
 def aux_summary(per_seed: dict[str, list[dict[str, Any]]]) -> str:
@@ -129,11 +160,11 @@ def aux_summary(per_seed: dict[str, list[dict[str, Any]]]) -> str:
     return "; ".join(parts) or "no co-evolution rows"
 
 
-def write_readme_section(section: str) -> Path:
-    """Replace (or add) the ``## toy_propel`` section of ``benchmarks/results/README.md``."""
+def write_readme_section(section: str, name: str = "toy_propel") -> Path:
+    """Replace (or add) the ``## NAME`` section of ``benchmarks/results/README.md``."""
     path = RESULTS / "README.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    start = text.find("## toy_propel")
+    start = text.find(f"## {name}\n")
     if start >= 0:
         end = text.find("\n## ", start + 1)
         text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
