@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
+from curriculum.novelty import DiversityTerm
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.staleness import StalenessPolicy
@@ -47,6 +48,15 @@ def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
+
+
+def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
+    """The reward's repetition penalty (``rl.diversity_*``); ``None`` when ``rl.diversity_weight`` is 0 (off)."""
+    rl = cfg.rl
+    if rl.diversity_weight == 0:
+        return None
+    return DiversityTerm(cfg.domain.name, rl.diversity_weight, archive_size=rl.diversity_archive_size,
+                         topic_quota=rl.diversity_topic_quota)
 
 
 def band(cfg: PropelConfig) -> Band:
