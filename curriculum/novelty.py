@@ -87,11 +87,12 @@ def whitespace_form(text: str) -> str:
 def _rename_identifiers(code: str) -> str:
     """``code`` unparsed with its non-builtin, non-imported identifiers renamed v0, v1, … (source order)."""
     tree = ast.parse(code)
-    imported = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+    nodes = list(ast.walk(tree))
+    imported = {(a.asname or a.name).split(".")[0] for node in nodes
                 if isinstance(node, ast.Import | ast.ImportFrom) for a in node.names}
     keep = _BUILTINS | imported
     found: list[tuple[int, int, str]] = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Name):
             found.append((node.lineno, node.col_offset, node.id))
         elif isinstance(node, ast.arg):
@@ -102,7 +103,7 @@ def _rename_identifiers(code: str) -> str:
     for _, _, name in sorted(found):
         if name not in keep and name not in mapping:
             mapping[name] = f"v{len(mapping)}"
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Name):
             node.id = mapping.get(node.id, node.id)
         elif isinstance(node, ast.arg):
@@ -202,22 +203,32 @@ class _GramIndex:
         self.hashes, self.owner = flat[order], owner[order]
 
     def intersections(self, queries: Sequence[NDArray[np.uint64]]) -> NDArray[np.int64]:
-        """``out[q, r] = |queries[q] ∩ sets[r]|``."""
+        """``out[q, r] = |queries[q] ∩ sets[r]|``.
+
+        The distinct query grams are looked up once (a gram every archived task shares would
+        otherwise be expanded once per query holding it), their reference incidence is a dense
+        0/1 matrix, and the counts are one product of it with the queries' incidence."""
         n_ref = len(self.sizes)
-        out = np.zeros((len(queries), n_ref), dtype=np.int64)
         if not queries or n_ref == 0:
-            return out
-        q_flat = np.concatenate(list(queries))
-        q_owner = np.repeat(np.arange(len(queries), dtype=np.int64), [len(q) for q in queries])
-        left = np.searchsorted(self.hashes, q_flat, side="left")
-        hits = np.searchsorted(self.hashes, q_flat, side="right") - left
+            return np.zeros((len(queries), n_ref), dtype=np.int64)
+        grams, inverse = np.unique(np.concatenate(list(queries)), return_inverse=True)
+        left = np.searchsorted(self.hashes, grams, side="left")
+        hits = np.searchsorted(self.hashes, grams, side="right") - left
+        found = np.flatnonzero(hits)
+        if len(found) == 0:
+            return np.zeros((len(queries), n_ref), dtype=np.int64)
+        column = np.full(len(grams), -1, dtype=np.int64)
+        column[found] = np.arange(len(found))
         total = int(hits.sum())
-        if total == 0:
-            return out
-        rank = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(hits) - hits, hits)
-        ref = self.owner[np.repeat(left, hits) + rank]
-        pairs = np.repeat(q_owner, hits) * n_ref + ref
-        return np.bincount(pairs, minlength=len(queries) * n_ref).reshape(len(queries), n_ref).astype(np.int64)
+        rank = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(hits[found]) - hits[found], hits[found])
+        ref_incidence = np.zeros((len(found), n_ref), dtype=np.float32)
+        ref_incidence[np.repeat(np.arange(len(found)), hits[found]), self.owner[np.repeat(left[found], hits[found])
+                                                                                 + rank]] = 1.0
+        q_owner = np.repeat(np.arange(len(queries), dtype=np.int64), [len(q) for q in queries])
+        keep = column[inverse.reshape(-1)] >= 0
+        q_incidence = np.zeros((len(queries), len(found)), dtype=np.float32)
+        q_incidence[q_owner[keep], column[inverse.reshape(-1)][keep]] = 1.0
+        return np.rint(q_incidence @ ref_incidence).astype(np.int64)  # exact: counts far below 2**24
 
     def jaccard(self, queries: Sequence[NDArray[np.uint64]]) -> NDArray[np.float64]:
         inter = self.intersections(queries).astype(np.float64)

@@ -137,9 +137,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "rl.lora_alpha": lambda c: rl(c).lora.alpha, "rl.lora_dropout": lambda c: rl(c).lora.dropout,
         "rl.reward": _reward_kind, "rl.invalid_floor_margin": lambda c: rl(c).invalid_floor_margin,
         "rl.use_vllm": lambda c: rl(c).use_vllm, "rl.bf16": lambda c: rl(c).bf16,
-        "rl.diversity_weight": lambda c: _diversity(c).weight,
-        "rl.diversity_archive_size": lambda c: _diversity(c).archive_size,
-        "rl.diversity_topic_quota": lambda c: _diversity(c).topic_quota,
+        "rl.diversity_weight": lambda c: getattr(_diversity(c), "weight", None),
+        "rl.diversity_archive_size": lambda c: getattr(_diversity(c), "archive_size", None),
+        "rl.diversity_topic_quota": lambda c: getattr(_diversity(c), "topic_quota", None),
         "emission.min_probability": lambda c: ds(c).min_probability,
         "emission.max_topic_share": lambda c: ds(c).max_topic_share,
         "emission.high_water_mark": lambda c: ds(c).high_water_mark,
@@ -182,9 +182,7 @@ def _diversity(c: PropelConfig) -> Any:
 
     source = (ROOT / "daemon" / "service" / "engine.py").read_text()
     assert "diversity=self.diversity" in source  # the engine hands the term to build_reward
-    term = diversity_term(c)
-    assert term is not None
-    return term
+    return diversity_term(c)  # None (off) at the default weight 0
 
 
 def _spot_version(c: PropelConfig) -> tuple[str, str, int | None]:
@@ -262,7 +260,7 @@ def _extraction_batch(c: PropelConfig) -> Any:
 
 def _reward_kind(c: PropelConfig) -> str:
     source = (ROOT / "daemon" / "service" / "engine.py").read_text()
-    assert 'self.cfg.rl.reward == "hard_gate"' in source and 'self.cfg.rl.reward == "soft_gate"' in source
+    assert "build_reward(self.cfg.rl.reward," in source  # rewards.build_reward maps the kind to its class
     return c.rl.reward
 
 
