@@ -252,7 +252,7 @@ class DiversityTerm:
         self.archive_size, self.topic_quota = archive_size, float(topic_quota)
         self.per_topic = max(1, int(topic_quota * archive_size))
         self._archive: deque[_Entry] = deque()
-        self._keys: Counter[str] = Counter()
+        self._keys: set[str] = set()  # canonical forms archived
         self._topics: Counter[str] = Counter()
         self._index: _GramIndex | None = None
 
@@ -297,7 +297,7 @@ class DiversityTerm:
         added = 0
         for text, topic in zip(texts, topics, strict=True):
             key, grams = self.grams(text)
-            if self._keys[key]:
+            if key in self._keys:
                 continue
             entry = _Entry(key, topic or "", grams)
             if self._topics[entry.topic] >= self.per_topic:
@@ -305,7 +305,7 @@ class DiversityTerm:
             elif len(self._archive) >= self.archive_size:
                 self._evict(self._archive[0])
             self._archive.append(entry)
-            self._keys[key] += 1
+            self._keys.add(key)
             self._topics[entry.topic] += 1
             added += 1
         if added:
@@ -314,9 +314,7 @@ class DiversityTerm:
 
     def _evict(self, entry: _Entry) -> None:
         self._archive.remove(entry)
-        self._keys[entry.key] -= 1
-        if not self._keys[entry.key]:
-            del self._keys[entry.key]
+        self._keys.discard(entry.key)
         self._topics[entry.topic] -= 1
         if not self._topics[entry.topic]:
             del self._topics[entry.topic]
