@@ -28,7 +28,13 @@ from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
-from daemon.service.settings import band, build_artifacts, build_configured_solver, diversity_term, sampling
+from daemon.service.settings import (
+    band,
+    build_artifacts,
+    build_configured_solver,
+    restored_diversity_term,
+    sampling,
+)
 from probes import (
     ExtractionConfig,
     FeatureExtractor,
@@ -94,7 +100,7 @@ class PropelEngine:
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
-        self.diversity = diversity_term(cfg)  # one archive for the run: it survives probe reloads
+        self.diversity = restored_diversity_term(cfg, store, run_id)  # one archive: survives reloads, restarts
         say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
             f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
         self.calibration_texts = self._calibration_texts()

@@ -15,6 +15,7 @@ from curriculum.novelty import DiversityTerm
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.staleness import StalenessPolicy
+from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
@@ -57,6 +58,16 @@ def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
         return None
     return DiversityTerm(cfg.domain.name, rl.diversity_weight, archive_size=rl.diversity_archive_size,
                          topic_quota=rl.diversity_topic_quota)
+
+
+def restored_diversity_term(cfg: PropelConfig, store: Store, run_id: int) -> DiversityTerm | None:
+    """:func:`diversity_term` with its archive refilled from the run's most recently emitted tasks (a
+    restarted daemon goes on comparing against what it emitted before)."""
+    term = diversity_term(cfg)
+    if term is not None:
+        with store.session() as s:
+            term.observe(*repo.recently_emitted(s, run_id, term.archive_size))
+    return term
 
 
 def band(cfg: PropelConfig) -> Band:

@@ -11,10 +11,12 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
-from curriculum.novelty import DiversityTerm, canonical_form
+from curriculum.novelty import canonical_form
 from curriculum.store.db import Store
 from curriculum.store.models import MetricPoint, QueueItem, TaskRow
+from daemon.config import PropelConfig
 from daemon.http.dashboard import router
+from daemon.service.settings import diversity_term, restored_diversity_term
 from testkit.driver import FakeEngine, make_driver, tick_to
 from testkit.servers import serve_app
 
@@ -23,7 +25,10 @@ pytestmark = pytest.mark.integration
 
 def test_driver_with_diversity_term_records_the_penalty_and_fills_the_archive(pg_store: Store,
                                                                                tmp_path: Path) -> None:
-    term = DiversityTerm("arith", weight=0.5, archive_size=32, topic_quota=0.25)
+    cfg = PropelConfig.model_validate({"rl": {"diversity_weight": 0.5, "diversity_archive_size": 32,
+                                              "diversity_topic_quota": 0.25}})
+    term = diversity_term(cfg)
+    assert term is not None
     driver, engine = make_driver(pg_store, tmp_path, engine=FakeEngine(diversity=term, group_size=4))
     tick_to(driver, "rl", 2)  # two full cycles: rl, sample, spot-check, retrain, emit
     assert engine.reward.diversity is term
@@ -39,6 +44,9 @@ def test_driver_with_diversity_term_records_the_penalty_and_fills_the_archive(pg
     assert max(term.topic_counts().values()) <= term.per_topic == 8
     archived = [t for t in emitted if term.penalties([t], 1) == [1.0]]
     assert len(archived) == len(term)
+    restarted = restored_diversity_term(cfg, pg_store, driver.run_id)  # what a restarted engine starts with
+    assert restarted is not None and restarted.topic_counts() == term.topic_counts() and len(restarted) == len(term)
+    assert restarted.penalties(emitted, 4) == term.penalties(emitted, 4)
 
     app = FastAPI()
     app.state.store, app.state.run_name = pg_store, "drv"
