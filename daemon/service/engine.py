@@ -28,7 +28,13 @@ from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
-from daemon.service.settings import band, build_artifacts, build_configured_solver, sampling
+from daemon.service.settings import (
+    band,
+    build_artifacts,
+    build_configured_solver,
+    restored_diversity_term,
+    sampling,
+)
 from probes import (
     ExtractionConfig,
     FeatureExtractor,
@@ -93,6 +99,7 @@ class PropelEngine:
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
+        self.diversity = restored_diversity_term(cfg, store, run_id)  # one archive: survives reloads, restarts
         say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
             f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
         self.calibration_texts = self._calibration_texts()
@@ -120,7 +127,8 @@ class PropelEngine:
                                                  self.cfg.probes.ensemble, [local(u) for u in aux_uris],
                                                  ExtractionConfig(batch_size=self.cfg.reference.batch_size))
         self.reward: ProbeReward = build_reward(self.cfg.rl.reward, self.domain, self.scorer, self.calibration_texts,
-                                                self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin)
+                                                self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin,
+                                                diversity=self.diversity)
         self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
                  f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
 
@@ -170,7 +178,13 @@ class PropelEngine:
                "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
         if stats.kl is not None:
             out["kl"] = stats.kl
+        if stats.diversity_penalty is not None:
+            out["diversity_penalty"] = stats.diversity_penalty
         return out
+
+    def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
+        if self.diversity is not None:
+            self.diversity.observe(texts, topics)
 
     def sample(self, n: int, seed: int) -> list[str]:
         return self.trainer.sample(n, seed)

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
+from curriculum.novelty import DiversityTerm
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.staleness import StalenessPolicy
+from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
@@ -47,6 +49,25 @@ def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
+
+
+def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
+    """The reward's repetition penalty (``rl.diversity_*``); ``None`` when ``rl.diversity_weight`` is 0 (off)."""
+    rl = cfg.rl
+    if rl.diversity_weight == 0:
+        return None
+    return DiversityTerm(cfg.domain.name, rl.diversity_weight, archive_size=rl.diversity_archive_size,
+                         topic_quota=rl.diversity_topic_quota)
+
+
+def restored_diversity_term(cfg: PropelConfig, store: Store, run_id: int) -> DiversityTerm | None:
+    """:func:`diversity_term` with its archive refilled from the run's most recently emitted tasks (a
+    restarted daemon goes on comparing against what it emitted before)."""
+    term = diversity_term(cfg)
+    if term is not None:
+        with store.session() as s:
+            term.observe(*repo.recently_emitted(s, run_id, term.archive_size))
+    return term
 
 
 def band(cfg: PropelConfig) -> Band:

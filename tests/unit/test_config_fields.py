@@ -43,7 +43,8 @@ VALUES: dict[str, Any] = {
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
-    "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True,
+    "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True, "rl.diversity_weight": 0.3,
+    "rl.diversity_archive_size": 77, "rl.diversity_topic_quota": 0.5,
     "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.high_water_mark": 77,
     "emission.max_attempts": 3, "emission.unverified_grace_s": 60.0,
     "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
@@ -136,6 +137,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "rl.lora_alpha": lambda c: rl(c).lora.alpha, "rl.lora_dropout": lambda c: rl(c).lora.dropout,
         "rl.reward": _reward_kind, "rl.invalid_floor_margin": lambda c: rl(c).invalid_floor_margin,
         "rl.use_vllm": lambda c: rl(c).use_vllm, "rl.bf16": lambda c: rl(c).bf16,
+        "rl.diversity_weight": lambda c: getattr(_diversity(c), "weight", None),
+        "rl.diversity_archive_size": lambda c: getattr(_diversity(c), "archive_size", None),
+        "rl.diversity_topic_quota": lambda c: getattr(_diversity(c), "topic_quota", None),
         "emission.min_probability": lambda c: ds(c).min_probability,
         "emission.max_topic_share": lambda c: ds(c).max_topic_share,
         "emission.high_water_mark": lambda c: ds(c).high_water_mark,
@@ -171,6 +175,14 @@ def _staleness(key: str) -> Callable[[PropelConfig], Any]:
     from daemon.service.settings import driver_settings
 
     return lambda c: getattr(driver_settings(c).frontier.staleness, key)
+
+
+def _diversity(c: PropelConfig) -> Any:
+    from daemon.service.settings import diversity_term
+
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert "diversity=self.diversity" in source  # the engine hands the term to build_reward
+    return diversity_term(c)  # None (off) at the default weight 0
 
 
 def _spot_version(c: PropelConfig) -> tuple[str, str, int | None]:
@@ -248,7 +260,7 @@ def _extraction_batch(c: PropelConfig) -> Any:
 
 def _reward_kind(c: PropelConfig) -> str:
     source = (ROOT / "daemon" / "service" / "engine.py").read_text()
-    assert 'self.cfg.rl.reward == "hard_gate"' in source and 'self.cfg.rl.reward == "soft_gate"' in source
+    assert "build_reward(self.cfg.rl.reward," in source  # rewards.build_reward maps the kind to its class
     return c.rl.reward
 
 
