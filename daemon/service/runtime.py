@@ -73,7 +73,8 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
-                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend == "synthetic" else ""))
+                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend.startswith("synthetic")
+                    else ""))
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)

@@ -36,6 +36,10 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
         kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
     if s.backend == "synthetic" and s.synthetic_skill_file:
         kw["options"] = {**kw.get("options", {}), "skill_file": str(s.synthetic_skill_file)}
+    if s.backend == "synthetic-swe":  # reads the verified tasks from the domain's repository cache
+        kw["options"] = {"cache_dir": cfg.domain.options.get("cache_dir")}
+        if s.synthetic_swe_offset is not None:
+            kw["options"]["offset"] = s.synthetic_swe_offset
     return kw
 
 
