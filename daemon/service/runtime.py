@@ -18,7 +18,13 @@ from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
 from daemon.service.lifecycle import RunOptions, open_run, serve
-from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
+from daemon.service.settings import (
+    build_configured_solver,
+    check_domain,
+    driver_settings,
+    sampling,
+    worker_settings,
+)
 
 if TYPE_CHECKING:
     from daemon.service.engine import PropelEngine
@@ -67,6 +73,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
         progress: Progress) -> int:
     from daemon.service.engine import build_engine
 
+    check_domain(cfg)
     store, run_id = open_run(cfg)
     metrics = build_metrics()
     export_degraded(metrics, [], health.REASONS)

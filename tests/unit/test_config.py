@@ -143,3 +143,12 @@ def test_swe_domain_fills_its_cpu_defaults_and_keeps_what_the_file_sets() -> Non
     assert moved.domain.name == "swe" and moved.solver.backend == "synthetic-swe" and str(moved.data_dir) == "/d"
     with pytest.raises(ConfigError, match=r"'synthetic-swe' only works with domain\.name = 'swe'"):
         config_from_mapping({"solver": {"backend": "synthetic-swe"}}, env={})
+
+
+def test_run_domain_swe_without_fetched_repositories_is_one_line(tmp_path: Path) -> None:
+    env = {"PROPEL_DATA_DIR": str(tmp_path / "data"), "PROPEL_SWE_CACHE": str(tmp_path / "swe-cache")}
+    result = CliRunner().invoke(cli, ["run", "--domain", "swe", "--cycles", "1", "--no-api"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "no fetched, preflighted SWE repository among parse, inflection, sqlparse (split 'rl-train'): " \
+           "run `propel swe fetch`" in result.output
+    assert not (tmp_path / "data" / "propel.db").exists()  # refused before the run was opened
