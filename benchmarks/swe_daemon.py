@@ -6,6 +6,8 @@ share of RL and sampled completions that are valid (verified) bugs, spot-check l
 (synthetic SWE solver: a benchmark instrument), emitted tasks, and one emitted message graded with
 ``propel_sdk.grading.grade`` (the reverse patch must pass, an empty diff must not). Start-up (model
 load, bootstrap when not cached, first-probe labelling) is the wall time outside the cycles.
+By default the run starts from a cold task memo (a fresh SWE cache that shares the fetched trees and
+preflights, so every bug is verified again); ``--warm`` keeps the cache's verified-task memo.
 
     propel swe fetch --only inflection
     python -m benchmarks.swe_daemon --repos inflection --cycles 2 [--data-dir DIR: reuse its bootstrap]
@@ -38,6 +40,16 @@ def write_config(data_dir: Path, repos: list[str]) -> Path:
     path = data_dir / "swe.toml"
     path.write_text(text)
     return path
+
+
+def cold_cache(source: Path, target: Path) -> Path:
+    """A SWE cache with ``source``'s trees and preflights and an empty verified-task memo."""
+    target.mkdir(parents=True, exist_ok=True)
+    for folder in ("names", "preflight"):
+        shutil.copytree(source / folder, target / folder, dirs_exist_ok=True)
+    if not (target / "repos").exists():
+        (target / "repos").symlink_to(source / "repos")
+    return target
 
 
 def read_run(db: str) -> tuple[dict[int, dict[str, float]], list[dict[str, Any]]]:
@@ -74,7 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repos", nargs="+", default=["inflection"])
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=None, help="reuse a bootstrap cached here")
+    parser.add_argument("--warm", action="store_true", help="keep the SWE cache's verified-task memo")
     args = parser.parse_args(argv)
+    from curriculum.domains.swe.cache import RepoCache
+
+    swe_cache = RepoCache(None).root
+    if not args.warm:
+        swe_cache = cold_cache(swe_cache, Path(tempfile.mkdtemp(prefix="swe-cold-cache-")))
+        os.environ["PROPEL_SWE_CACHE"] = str(swe_cache)  # the daemon, its solver and grade_one below
     data_dir = (args.data_dir or Path(tempfile.mkdtemp(prefix="swe-daemon-"))).absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "propel.db").unlink(missing_ok=True)  # a fresh run; only the bootstrap cache is reused
@@ -104,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "repos": args.repos, "cycles": cycles, "wall_s": round(wall, 1), "startup_s": round(wall - in_cycles, 1),
         "bootstrap_train_s": float(boot.group(1)) if boot and boot.group(1) else None,
         "emitted": len(messages), "grading": grade_one(messages[0]) if messages else None,
+        "task_memo": "warm" if args.warm else "cold",
         "solver": "synthetic:swe-logistic (SYNTHETIC benchmark instrument, not a model)",
         "generator": "bootstrap:swe (char-level tiny Qwen2 on spec lines), CPU",
     }
