@@ -19,7 +19,7 @@ from propel_sdk.grading import GradingUnavailable, grade
 from propel_sdk.schema import parse_message
 from tests.e2e.conftest import run_state, start_daemon
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]  # ~75 s on the loaded 2-core box: `make test-long`
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # 50-80 s on the shared 2-core box: `make test-long`
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "swe_minirepo"
 #: a small generator: the fixture's spec space is a few hundred lines
