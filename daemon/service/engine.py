@@ -58,7 +58,8 @@ def resolve_model(spec: str, cfg: PropelConfig, say: Callable[[str], None]) -> s
 
     domain = spec.split(":", 1)[1]
     say(f"bootstrapping the tiny {domain} generator in {cfg.data_dir} (cached after the first run)…")
-    result = bootstrap(domain, data_dir=cfg.data_dir, steps=cfg.generator.bootstrap_steps, show_progress=True)
+    result = bootstrap(domain, data_dir=cfg.data_dir, steps=cfg.generator.bootstrap_steps, show_progress=True,
+                       domain_options=dict(cfg.domain.options) if domain == cfg.domain.name else None)
     say(f"generator {result.path} · {result.n_params:,} params · {result.validity:.1%} valid"
         + (" (reused)" if result.reused else f" (trained in {result.train_s:.0f} s)"))
     return str(result.path)
@@ -94,7 +95,7 @@ class PropelEngine:
         restored = restore_checkpoint(store, run_id, self.artifacts, self.run_dir / "generator")
         if restored is not None:
             say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
-        self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
+        self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator", domain=self.domain)
         self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)

@@ -18,7 +18,13 @@ from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
 from daemon.service.lifecycle import RunOptions, open_run, serve
-from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
+from daemon.service.settings import (
+    build_configured_solver,
+    check_domain,
+    driver_settings,
+    sampling,
+    worker_settings,
+)
 
 if TYPE_CHECKING:
     from daemon.service.engine import PropelEngine
@@ -76,13 +82,15 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
         progress: Progress) -> int:
     from daemon.service.engine import build_engine
 
+    check_domain(cfg)
     store, run_id = open_run(cfg)
     metrics = build_metrics()
     export_degraded(metrics, [], health.REASONS)
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
-                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend == "synthetic" else ""))
+                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend.startswith("synthetic")
+                    else ""))
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)

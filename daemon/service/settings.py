@@ -38,7 +38,27 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
         kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
     if s.backend == "synthetic" and s.synthetic_skill_file:
         kw["options"] = {**kw.get("options", {}), "skill_file": str(s.synthetic_skill_file)}
+    if s.backend == "synthetic-swe":  # reads the verified tasks from the domain's repository cache
+        kw["options"] = {"cache_dir": cfg.domain.options.get("cache_dir")}
+        if s.synthetic_swe_offset is not None:
+            kw["options"]["offset"] = s.synthetic_swe_offset
     return kw
+
+
+def check_domain(cfg: PropelConfig) -> None:
+    """Fail before any model loads when the configured domain cannot produce tasks: its options are
+    wrong, or (swe) no repository of its split is fetched and preflighted; raises :class:`ConfigError`."""
+    from curriculum.domains.base import get_domain
+
+    try:
+        domain = get_domain(cfg.domain.name, **cfg.domain.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError("domain", [("domain.options", str(err))]) from None
+    usable = getattr(domain, "usable_repos", None)
+    if usable is not None and not usable():
+        raise ConfigError("domain", [("domain.options", f"no fetched, preflighted SWE repository among "
+                                      f"{', '.join(domain.repo_names) or 'none'} (split {domain.split!r}): run "  # type: ignore[attr-defined]
+                                      "`propel swe fetch` (docs/SWE.md), or set domain.options.repos")])
 
 
 def build_configured_solver(cfg: PropelConfig) -> SolverBackend:

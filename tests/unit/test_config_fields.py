@@ -38,6 +38,7 @@ VALUES: dict[str, Any] = {
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
     "solver.version": "rc-final", "solver.version_order": 7,
     "solver.synthetic_skill_by_version": {"step-2": 3.0}, "solver.synthetic_skill_file": "/tmp/skills.json",
+    "solver.synthetic_swe_offset": 1.5,
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
@@ -61,7 +62,7 @@ VALUES: dict[str, Any] = {
 }
 
 #: Fields that need another backend than VALUES' (checked with their own config by their own test).
-OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file"}
+OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file", "solver.synthetic_swe_offset"}
 
 #: Read where models load or the service loop runs (engine, lifecycle, runtime, CLI): checked by the AST scan.
 READ_IN_SERVICE = {
@@ -300,6 +301,17 @@ def test_synthetic_skill_by_version_reaches_the_solver() -> None:
                                    VALUES["solver.synthetic_skill_file"]}), env={})
     solver = build_solver(**solver_kwargs(c))
     assert str(solver.skill_file) == VALUES["solver.synthetic_skill_file"]  # type: ignore[attr-defined]
+
+
+def test_synthetic_swe_options_reach_the_solver(tmp_path: Path) -> None:
+    from curriculum.solvers import build_solver
+    from daemon.service.settings import solver_kwargs
+
+    c = config_from_mapping(_nest({"domain.name": "swe", "domain.options": {"cache_dir": str(tmp_path)},
+                                   "solver.synthetic_swe_offset": VALUES["solver.synthetic_swe_offset"]}), env={})
+    solver = build_solver(**solver_kwargs(c))
+    assert solver.solver_id.startswith("synthetic:swe-logistic") and solver.offset == 1.5  # type: ignore[attr-defined]
+    assert solver.tasks_dir == tmp_path / "tasks"  # type: ignore[attr-defined]
 
 
 def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:
