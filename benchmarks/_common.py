@@ -54,10 +54,16 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+#: The code this process runs: taken when the benchmark starts (a long run must not record a commit
+#: made while it was running, nor be marked dirty by an edit made meanwhile).
+COMMIT_AT_START = git_commit()
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
-    """Write ``benchmarks/results/NAME.json`` with the commit, machine info and a timestamp."""
+    """Write ``benchmarks/results/NAME.json`` with the commit the run started on, machine info and a timestamp."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {"benchmark": name, "commit": git_commit(), "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    data = {"benchmark": name, "commit": COMMIT_AT_START,
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "platform": platform.platform()}, **data}
     path = RESULTS / f"{name}.json"

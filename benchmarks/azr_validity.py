@@ -25,8 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks._common import write_result
-from benchmarks.sandbox_throughput import git_commit
+from benchmarks._common import COMMIT_AT_START, write_result
 from curriculum.domains.azr import AzrDomain
 from curriculum.sandbox import Limits
 
@@ -144,7 +143,7 @@ def main() -> None:
     for (defect, _), result in zip(corpus, results, strict=True):
         by_defect.setdefault(defect, Counter())[reason_class(None if result.valid else result.reason)] += 1
     report = {
-        "commit": git_commit(), "source": source, "n": len(corpus), "backend": domain.sandbox.name,
+        "commit": COMMIT_AT_START, "source": source, "n": len(corpus), "backend": domain.sandbox.name,
         "validity_rate": sum(r.valid for r in results) / max(1, len(results)),
         "rejection_reasons": dict(reasons.most_common()),
         "outcome_by_injected_defect": {k: dict(v.most_common()) for k, v in sorted(by_defect.items())},

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from curriculum.domains.azr import AzrDomain
 from curriculum.domains.azr_static import normalise_program
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
@@ -148,13 +147,6 @@ def batch_sweep(sizes: list[int], repeats: int, limits: Limits) -> list[dict[str
     return rows
 
 
-def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "curriculum"], capture_output=True, text=True,
-                           cwd=Path(__file__).parent).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=40)
@@ -170,7 +162,7 @@ def main() -> None:
     ratios = {b: modes[f"{b}_batched_forked"]["seconds"] / modes[f"{b}_batched_one_interpreter"]["seconds"]
               for b in ("bubblewrap", "rlimit") if f"{b}_batched_forked" in modes}
     report = {
-        "commit": git_commit(),
+        "commit": COMMIT_AT_START,
         "tasks": args.tasks, "inputs_per_task": 10, "repeats": args.repeats,
         "determinism": "sandboxed: two separate processes, opposite input orders; unsandboxed: same process twice",
         "modes": modes,

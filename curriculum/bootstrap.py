@@ -1,4 +1,4 @@
-"""Offline bootstrap of a tiny generator for the ``arith`` domain.
+"""Offline bootstrap of a tiny generator for the ``arith`` and ``swe`` domains.
 
 No weights can be downloaded here, so the toy pipeline starts from a character-level tokenizer
 (:func:`curriculum.tinymodels.build_char_tokenizer`) and a ~1M-parameter Qwen2 model
@@ -12,6 +12,13 @@ training setting; a second call with the same settings reuses it (``reused=True`
 holds ``save_pretrained`` output for model and tokenizer and ``bootstrap.json`` with the settings,
 the parameter count, the training time and the measured validity (share of sampled completions at
 temperature 1 that the domain accepts).
+
+``swe`` (the CPU default of the SWE domain): the same model and loop on bug spec lines
+(``REPO FILE::FUNCTION OPERATOR SITE``) drawn uniformly from the spec space of the configured,
+preflighted repositories, after the prompt ``"BUG: "``; its validity is the share of samples that are
+applicable specs (parsed and applied by the mutator; the verifier's suite runs are left to the
+daemon). The corpus is keyed by its content, so other repositories train another model
+(:mod:`curriculum.domains.swe.bootstrap_corpus`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
+from curriculum.pretrain_corpus import Corpus
 from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from probes.progress import ProgressReporter
 
@@ -40,8 +48,24 @@ CORPUS_VERSION = 2
 #: Operator-count mix of the corpus (1..6 operators): mostly short, some long. Sampling at
 #: temperature 1 overshoots the count now and then, so 6-operator sequences are kept rare.
 OP_COUNT_WEIGHTS = (4, 4, 4, 3, 2, 1)
-BOOTSTRAP_DOMAINS = ("arith",)
+BOOTSTRAP_DOMAINS = ("arith", "swe")
 META_FILE = "bootstrap.json"
+
+
+def arith_corpus() -> Corpus:
+    def validity(samples: list[str]) -> float:
+        return sum(v.valid for v in ArithDomain().validate_batch(samples)) / max(1, len(samples))
+
+    return Corpus(GENERATOR_PROMPT, expression_batch, validity)
+
+
+def domain_corpus(domain: str, options: dict[str, Any] | None = None) -> Corpus:
+    """The pretraining corpus of ``domain`` (``options``: the domain's, e.g. the SWE repository cache)."""
+    if domain == "swe":
+        from curriculum.domains.swe.bootstrap_corpus import spec_line_corpus
+
+        return spec_line_corpus(options or {})
+    return arith_corpus()
 
 
 @dataclass(frozen=True)
@@ -59,9 +83,17 @@ class BootstrapSettings:
     eval_samples: int = 512
     max_new_tokens: int = 48
 
-    def cache_key(self) -> str:
-        blob = json.dumps({**asdict(self), "corpus_version": CORPUS_VERSION}, sort_keys=True)
+    def cache_key(self, corpus_key: str = "") -> str:
+        data: dict[str, Any] = {**asdict(self), "corpus_version": CORPUS_VERSION}
+        if corpus_key:
+            data["corpus"] = corpus_key
+        blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+#: The SWE recipe: spec lines are ~2× longer than expressions and the spec space is small, so fewer,
+#: longer-sampled steps (the char model learns the line grammar in a few hundred steps).
+SWE_SETTINGS = BootstrapSettings(steps=400, batch_size=32, num_layers=4, max_new_tokens=96, eval_samples=256)
 
 
 @dataclass(frozen=True)
@@ -88,9 +120,10 @@ def char_ids(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
     return [ids] if isinstance(ids, int) else list(ids)
 
 
-def _encode_batch(tokenizer: PreTrainedTokenizerFast, exprs: list[str]) -> dict[str, torch.Tensor]:
+def _encode_batch(tokenizer: PreTrainedTokenizerFast, exprs: list[str],
+                  prompt: str = GENERATOR_PROMPT) -> dict[str, torch.Tensor]:
     eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
-    seqs = [[*char_ids(tokenizer, GENERATOR_PROMPT + e), eos] for e in exprs]
+    seqs = [[*char_ids(tokenizer, prompt + e), eos] for e in exprs]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -109,8 +142,9 @@ def _lr_factor(step: int, settings: BootstrapSettings) -> float:
 
 
 def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings: BootstrapSettings,
-          show_progress: bool = True) -> float:
-    """Pretrain ``model`` in place; returns the final (smoothed) loss."""
+          show_progress: bool = True, corpus: Corpus | None = None) -> float:
+    """Pretrain ``model`` in place on ``corpus`` (default: arith); returns the final (smoothed) loss."""
+    corpus = corpus or arith_corpus()
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.01)
@@ -119,7 +153,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
     smoothed = float("nan")
     with ProgressReporter("bootstrap", settings.steps, unit="steps", mode=None if show_progress else "off") as bar:
         for _ in range(settings.steps):
-            batch = _encode_batch(tokenizer, expression_batch(rng, settings.batch_size))
+            batch = _encode_batch(tokenizer, corpus.draw(rng, settings.batch_size), corpus.prompt)
             loss = model(**batch).loss
             optim.zero_grad(set_to_none=True)
             loss.backward()
@@ -135,9 +169,9 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
 
 @torch.no_grad()
 def sample_completions(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, n: int, seed: int,
-                       max_new_tokens: int = 48) -> list[str]:
+                       max_new_tokens: int = 48, prompt_text: str = GENERATOR_PROMPT) -> list[str]:
     """``n`` completions of the generator prompt at temperature 1 (deterministic in ``seed``)."""
-    prompt = torch.tensor([char_ids(tokenizer, GENERATOR_PROMPT)])
+    prompt = torch.tensor([char_ids(tokenizer, prompt_text)])
     generator: Any = model
     out: list[str] = []
     with torch.random.fork_rng():
@@ -153,11 +187,10 @@ def sample_completions(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFa
 
 
 def measure_validity(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, n: int = 256,
-                     seed: int = 1234, max_new_tokens: int = 48) -> float:
-    """Share of ``n`` sampled completions that the arith domain accepts."""
-    domain = ArithDomain()
-    results = domain.validate_batch(sample_completions(model, tokenizer, n, seed, max_new_tokens))
-    return sum(v.valid for v in results) / max(1, len(results))
+                     seed: int = 1234, max_new_tokens: int = 48, corpus: Corpus | None = None) -> float:
+    """Share of ``n`` sampled completions that ``corpus`` (default: arith) counts as valid."""
+    corpus = corpus or arith_corpus()
+    return corpus.validity(sample_completions(model, tokenizer, n, seed, max_new_tokens, corpus.prompt))
 
 
 def bootstrap_threads() -> int:
@@ -181,24 +214,27 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def cache_dir(data_dir: Path, domain: str, settings: BootstrapSettings) -> Path:
-    return Path(data_dir) / "bootstrap" / domain / settings.cache_key()
+def cache_dir(data_dir: Path, domain: str, settings: BootstrapSettings, corpus_key: str = "") -> Path:
+    return Path(data_dir) / "bootstrap" / domain / settings.cache_key(corpus_key)
 
 
 def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int | None = None,
               force: bool = False, show_progress: bool = True,
-              settings: BootstrapSettings | None = None) -> BootstrapResult:
+              settings: BootstrapSettings | None = None,
+              domain_options: dict[str, Any] | None = None) -> BootstrapResult:
     """Build (or reuse) the tiny generator for ``domain``; ``steps`` overrides the step count.
 
     A small ``steps`` (e.g. 5) is the test mode: same code path, seconds instead of minutes.
+    ``domain_options`` are the domain's (swe: which repository cache, registry, split, repos).
     Raises ``ValueError`` for a domain without a bootstrap recipe.
     """
     if domain not in BOOTSTRAP_DOMAINS:
         raise ValueError(f"no bootstrap recipe for domain {domain!r}; available: {', '.join(BOOTSTRAP_DOMAINS)}")
-    settings = settings or BootstrapSettings()
+    settings = settings or (SWE_SETTINGS if domain == "swe" else BootstrapSettings())
     if steps is not None:
         settings = replace(settings, steps=steps, warmup_steps=min(settings.warmup_steps, max(1, steps // 5)))
-    target = cache_dir(Path(data_dir), domain, settings)
+    corpus = domain_corpus(domain, domain_options)
+    target = cache_dir(Path(data_dir), domain, settings, corpus.key)
     meta_path = target / META_FILE
     if meta_path.exists() and not force:
         meta = json.loads(meta_path.read_text())
@@ -210,14 +246,14 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
     n_params = sum(p.numel() for p in model.parameters())
     with torch_threads(bootstrap_threads()):
         started = time.perf_counter()
-        loss = train(model, tokenizer, settings, show_progress=show_progress)
+        loss = train(model, tokenizer, settings, show_progress=show_progress, corpus=corpus)
         train_s = time.perf_counter() - started
         validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
-                                    settings.max_new_tokens)
+                                    settings.max_new_tokens, corpus)
     save_tiny(model, tokenizer, target)
     meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
             "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,
-            "generator_prompt": GENERATOR_PROMPT, "created_at": time.time()}
+            "generator_prompt": corpus.prompt, "corpus": corpus.key, "created_at": time.time()}
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return BootstrapResult(target, validity, False, train_s, n_params, settings)
 

@@ -22,10 +22,10 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, select, update
 
 from curriculum import frontier_labels
 from curriculum.artifacts import ArtifactStore
@@ -172,20 +172,28 @@ def ready_tasks(store: Store, run_id: int, limit: int = 100_000) -> list[tuple[i
     return [(int(r.id), r.domain, r.text, dict(r.payload or {})) for r in rows]
 
 
-def retire_stale(store: Store, run_id: int, probabilities: dict[int, float], threshold: float) -> int:
-    """Move ``ready`` rows whose new in-band probability is below ``threshold`` to ``stale`` (never
-    served, kept for analysis). Only rows still ``ready`` at the update change: a row leased meanwhile
-    is left alone; only ``run_id``'s rows (another run may have queued the same task). Returns the
-    rows retired."""
+def rescore_ready(store: Store, run_id: int, probabilities: dict[int, float], threshold: float) -> int:
+    """Apply a new primary's in-band probabilities to ``run_id``'s ``ready`` rows: a row below
+    ``threshold`` moves to ``stale`` (never served, kept for analysis); every other one gets the new
+    value as its ``predicted_in_band``, the column a trainer's lease selects a range on (the message
+    keeps the value at emission: its provenance). Only rows still ``ready`` change (a row leased
+    meanwhile is left alone), only ``run_id``'s (another run may have queued the same task).
+    Returns the rows retired."""
     stale = [t for t, p in probabilities.items() if p < threshold]
+    kept = [{"b_task": t, "b_p": float(p)} for t, p in probabilities.items() if p >= threshold]
+    open_row = (QueueItem.run_id == run_id, QueueItem.state == "ready")
     moved = 0
     with store.session() as s:
         for i in range(0, len(stale), 500):
             chunk = stale[i:i + 500]
-            moved += len(s.execute(update(QueueItem).where(QueueItem.run_id == run_id, QueueItem.task_id.in_(chunk),
-                                                       QueueItem.state == "ready")
+            moved += len(s.execute(update(QueueItem).where(*open_row, QueueItem.task_id.in_(chunk))
                                    .values(state="stale").returning(QueueItem.id)
                                    .execution_options(synchronize_session=False)).all())
+        if kept:  # one executemany: a bound parameter per row
+            table = cast(Table, QueueItem.__table__)
+            s.connection().execute(update(table).where(
+                table.c.run_id == run_id, table.c.state == "ready",
+                table.c.task_id == bindparam("b_task")).values(predicted_in_band=bindparam("b_p")), kept)
     return moved
 
 

@@ -19,6 +19,13 @@ class. A reward that cannot be computed **raises** (a probe error, a NaN logit, 
 returns too few valid trials); it never silently becomes 0. Every call appends a
 :class:`RewardCallLog` (mean/std, share of GRPO groups with zero spread, validity rate) to
 ``self.logs`` and, inside TRL, reports the same numbers through ``log_metric``.
+
+Diversity (issue #22, off by default): a probe reward built with a
+:class:`curriculum.novelty.DiversityTerm` subtracts ``weight × penalty`` (penalty ∈ [0, 1], repetition
+within the GRPO group and against the archive of emitted tasks) from its **valid** completions
+only, and never takes a valid reward down to the invalid floor: the hard gate clips at
+``valid_minimum`` as before, the soft gate at ``floor / 2``. The mean penalty of the valid
+completions is logged as ``diversity_penalty`` (``propel/diversity_penalty``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from curriculum.domains.base import Domain, Validity
+from curriculum.novelty import DiversityTerm
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.spotcheck import compute_label, grade_outcome
 from probes.band import Band
@@ -60,9 +68,10 @@ class RewardCallLog:
     validity_rate: float
     clipped_share: float = 0.0
     solver_trials: int = 0
+    diversity_penalty: float | None = None  # mean over valid completions; None when the term is off
 
     def to_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items()}
+        return {k: float(v) for k, v in asdict(self).items() if v is not None}
 
 
 def completion_text(completion: Any) -> str:
@@ -106,7 +115,7 @@ class _LoggedReward:
         return self.domain.validate_batch([completion_text(c) for c in completions])
 
     def _record(self, rewards: list[float], valid: Sequence[bool], kwargs: dict[str, Any],
-                clipped: int = 0, trials: int = 0) -> list[float]:
+                clipped: int = 0, trials: int = 0, diversity_penalty: float | None = None) -> list[float]:
         if any(not math.isfinite(r) for r in rewards):
             raise RewardError(f"{type(self).__name__} produced a non-finite reward: {rewards}")
         arr = np.asarray(rewards, dtype=np.float64)
@@ -116,12 +125,15 @@ class _LoggedReward:
             zero_spread_share=zero_spread_share(rewards, self.group_size),
             validity_rate=float(np.mean(valid)) if len(valid) else float("nan"),
             clipped_share=clipped / max(1, len(rewards)), solver_trials=trials,
+            diversity_penalty=diversity_penalty,
         )
         self.logs.append(log)
         log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if log_metric is not None:
             for key in ("validity_rate", "zero_spread_share", "clipped_share"):
                 log_metric(f"propel/{key}", float(getattr(log, key)))
+            if diversity_penalty is not None:
+                log_metric("propel/diversity_penalty", diversity_penalty)
         return rewards
 
 
@@ -147,6 +159,20 @@ class ProbeReward(_LoggedReward, ABC):
     """
 
     scorer: Scorer
+    diversity: DiversityTerm | None = None
+
+    def _diversify(self, checks: Sequence[Validity], rewards: list[float]) -> tuple[list[float], float | None]:
+        """``rewards`` minus ``weight × penalty`` on the valid completions, and the mean penalty of the
+        valid completions (``None`` when the term is off). The caller applies its valid minimum."""
+        term = self.diversity
+        if term is None:
+            return rewards, None
+        penalties = term.penalties([v.task.text if v.valid else None for v in checks], self.group_size)
+        valid = [i for i, v in enumerate(checks) if v.valid]
+        out = list(rewards)
+        for i in valid:
+            out[i] = rewards[i] - term.weight * penalties[i]
+        return out, (float(np.mean([penalties[i] for i in valid])) if valid else 0.0)
 
     def scored_indices(self, checks: Sequence[Validity]) -> list[int]:
         """Which checks need a probe score (the valid ones, unless the reward ignores validity)."""
@@ -187,6 +213,14 @@ def _check_scores(idx: list[int], logits: Sequence[float], what: str) -> None:
         raise RewardError(f"{what}: non-finite scores")
 
 
+def _clip_valid(rewards: list[float], valid_idx: Sequence[int], minimum: float) -> int:
+    """Raise the valid rewards below ``minimum`` to it (in place); returns how many were raised."""
+    low = [i for i in valid_idx if rewards[i] < minimum]
+    for i in low:
+        rewards[i] = minimum
+    return len(low)
+
+
 class HardGateReward(ProbeReward):
     """Invalid → ``floor``; valid → ensemble logit (clipped below at ``floor + margin/2``)."""
 
@@ -216,11 +250,11 @@ class HardGateReward(ProbeReward):
         valid_idx = self.scored_indices(checks)
         _check_scores(valid_idx, logits, self.__name__)
         rewards = [self.floor] * len(checks)
-        clipped = 0
         for i, logit in zip(valid_idx, logits, strict=True):
-            clipped += int(logit < self.valid_minimum)
-            rewards[i] = max(float(logit), self.valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped)
+            rewards[i] = float(logit)
+        rewards, penalty = self._diversify(checks, rewards)
+        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
 
 
 class SoftGateReward(ProbeReward):
@@ -242,7 +276,15 @@ class SoftGateReward(ProbeReward):
         rewards = [self.floor] * len(checks)
         for i, p in zip(valid_idx, probabilities, strict=True):
             rewards[i] = float(p)
-        return self._record(rewards, [v.valid for v in checks], kwargs)
+        rewards, penalty = self._diversify(checks, rewards)
+        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+
+    @property
+    def valid_minimum(self) -> float:
+        """The lowest reward of a valid task: halfway between the floor and 0 (only the diversity term
+        can take a probability below 0)."""
+        return self.floor / 2
 
 
 class ProbeOnlyReward(ProbeReward):
@@ -260,24 +302,30 @@ class ProbeOnlyReward(ProbeReward):
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
         _check_scores(self.scored_indices(checks), logits, self.__name__)
-        return self._record([float(x) for x in logits], [v.valid for v in checks], kwargs)
+        rewards, penalty = self._diversify(checks, [float(x) for x in logits])
+        return self._record(rewards, [v.valid for v in checks], kwargs, diversity_penalty=penalty)
 
 
 PROBE_REWARDS = ("hard_gate", "soft_gate", "probe_only")
 
 
 def build_reward(kind: str, domain: Domain, scorer: Scorer, calibration_texts: Sequence[str], group_size: int,
-                 margin: float = 1.0) -> ProbeReward:
+                 margin: float = 1.0, diversity: DiversityTerm | None = None) -> ProbeReward:
     """The probe reward named by ``rl.reward``: what the daemon's engine and the toy benchmark both train on.
 
-    ``calibration_texts`` (reference texts of a base-policy sample) set the hard gate's floor."""
+    ``calibration_texts`` (reference texts of a base-policy sample) set the hard gate's floor;
+    ``diversity`` (optional) is the repetition penalty subtracted from valid completions."""
+    reward: ProbeReward
     if kind == "hard_gate":
-        return HardGateReward.calibrated(domain, scorer, calibration_texts, group_size, margin)
-    if kind == "soft_gate":
-        return SoftGateReward(domain, scorer, group_size)
-    if kind == "probe_only":
-        return ProbeOnlyReward(domain, scorer, group_size)
-    raise ValueError(f"unknown probe reward {kind!r}: choose one of {', '.join(PROBE_REWARDS)}")
+        reward = HardGateReward.calibrated(domain, scorer, calibration_texts, group_size, margin)
+    elif kind == "soft_gate":
+        reward = SoftGateReward(domain, scorer, group_size)
+    elif kind == "probe_only":
+        reward = ProbeOnlyReward(domain, scorer, group_size)
+    else:
+        raise ValueError(f"unknown probe reward {kind!r}: choose one of {', '.join(PROBE_REWARDS)}")
+    reward.diversity = diversity
+    return reward
 
 
 class SolverInTheLoopReward(_LoggedReward):

@@ -97,8 +97,9 @@ class BrokerConfig(_Section):
 class DomainConfig(_Section):
     """Which task domain the generator writes for."""
 
-    name: Literal["arith", "azr", "math"] = "arith"
-    options: dict[str, Any] = Field(default_factory=dict, description="domain-specific options")
+    name: Literal["arith", "azr", "math", "swe"] = "arith"
+    options: dict[str, Any] = Field(default_factory=dict, description="domain-specific options (swe: cache_dir, "
+                                    "registry, split, repos, runner, prompt_style; see docs/SWE.md)")
 
 
 class GeneratorConfig(_Section):
@@ -137,7 +138,7 @@ class ProbesConfig(_Section):
 class SolverConfig(_Section):
     """The target solver whose frontier we aim at."""
 
-    backend: Literal["openai", "hf", "synthetic"] = "synthetic"
+    backend: Literal["openai", "hf", "synthetic", "synthetic-swe"] = "synthetic"
     base_url: str | None = Field(default=None, description="OpenAI-compatible server, e.g. http://vllm:8000/v1")
     model: str | None = Field(default=None, description="openai: the served model; hf: a hub id or local path, "
                               "or a checkpoint per version: \"/ckpt/{version}\" loads /ckpt/step-N for version step-N")
@@ -165,6 +166,9 @@ class SolverConfig(_Section):
         default=None, description="synthetic solver only (a benchmark instrument): a JSON file {version: offset} "
         "re-read at every spot-check, written by a fake trainer before it announces a version; its entries win "
         "over synthetic_skill_by_version")
+    synthetic_swe_offset: float | None = Field(
+        default=None, description="synthetic-swe solver only (a benchmark instrument): the bug difficulty it "
+        "solves half the time (default 2.5; see curriculum/domains/swe/synthetic.py)")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -191,6 +195,8 @@ class SolverConfig(_Section):
                              "(an integer, higher = newer)")
         if not self.version and self.version_order is not None:
             raise ValueError("solver.version_order needs solver.version")
+        if self.synthetic_swe_offset is not None and self.backend != "synthetic-swe":
+            raise ValueError("solver.synthetic_swe_offset only applies to solver.backend = 'synthetic-swe'")
         if self.synthetic_skill_by_version and self.backend != "synthetic":
             raise ValueError("solver.synthetic_skill_by_version only applies to solver.backend = 'synthetic'")
         if self.synthetic_skill_file and self.backend != "synthetic":
@@ -231,7 +237,8 @@ class FrontierConfig(_Section):
 
     staleness: Literal["keep_last", "half_life"] = Field(
         default="keep_last", description="how labels of older solver versions count (docs/FRONTIER.md)")
-    keep_versions: int = Field(default=2, ge=1, description="keep_last: labels of this many newest versions count")
+    keep_versions: int = Field(default=3, ge=1, description="keep_last: labels of this many newest versions count "
+                               "(3: chosen by benchmarks/staleness.py)")
     half_life_versions: float = Field(default=1.0, gt=0, description="half_life: weight halves every this many "
                                       "versions")
     min_weight: float = Field(default=0.2, ge=0, lt=1, description="half_life: lighter labels are dropped")
@@ -263,6 +270,13 @@ class RLConfig(_Section):
     invalid_floor_margin: float = Field(default=1.0, gt=0, description="floor = min probe logit − margin")
     use_vllm: bool = False
     bf16: bool = False
+    diversity_weight: float = Field(default=0.0, ge=0, description="weight of the repetition penalty (0–1, "
+                                    "within the GRPO group and against recently emitted tasks) subtracted from "
+                                    "valid completions' reward (0: off; see curriculum.novelty)")
+    diversity_archive_size: int = Field(default=1024, ge=1, description="recently emitted tasks the diversity "
+                                        "penalty compares against")
+    diversity_topic_quota: float = Field(default=0.25, gt=0, le=1, description="largest share of the diversity "
+                                         "archive one topic may hold")
 
     @model_validator(mode="after")
     def _divisible(self) -> RLConfig:
@@ -386,6 +400,30 @@ class PropelConfig(_Section):
     frontier: FrontierConfig = FrontierConfig()
     artifacts: ArtifactsConfig = ArtifactsConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _domain_defaults(cls, data: Any) -> Any:
+        """Fill what a domain needs and the file leaves unset from :data:`DOMAIN_DEFAULTS`."""
+        if not isinstance(data, dict):
+            return data
+        domain = data.get("domain")
+        name = domain.get("name") if isinstance(domain, dict) else getattr(domain, "name", None)
+        defaults = DOMAIN_DEFAULTS.get(str(name), {})
+        if not defaults:
+            return data
+        merged = dict(data)
+        for section, values in defaults.items():
+            given = merged.get(section, {})
+            if isinstance(given, dict):  # a section passed as a model instance is taken as it is
+                inner = dict(given)
+                for key, value in values.items():
+                    if isinstance(value, dict) and isinstance(inner.get(key), dict):
+                        inner[key] = {**value, **inner[key]}  # domain.options: merged key by key
+                    else:
+                        inner.setdefault(key, value)
+                merged[section] = inner
+        return merged
+
     @model_validator(mode="after")
     def _cross(self) -> PropelConfig:
         if self.alerts.sample_size > self.daemon.sample_size:
@@ -396,7 +434,10 @@ class PropelConfig(_Section):
             raise ValueError(
                 "solver.backend = 'synthetic' only works with domain.name = 'arith'; "
                 "use 'openai' (a vLLM/SGLang server) or 'hf' for other domains"
+                + (" ('synthetic-swe' for swe)" if self.domain.name == "swe" else "")
             )
+        if self.solver.backend == "synthetic-swe" and self.domain.name != "swe":
+            raise ValueError("solver.backend = 'synthetic-swe' only works with domain.name = 'swe'")
         return self
 
     @property
@@ -414,6 +455,38 @@ class PropelConfig(_Section):
     @property
     def reference_model(self) -> str:
         return self.reference.model or self.generator.model
+
+
+#: What a domain needs where the file says nothing (applied before validation, so a key the file sets
+#: wins). ``swe`` on CPU: the tiny spec generator, the synthetic SWE solver, the SWE band (k = 3,
+#: in band at 1–2 solves of ≥ 2 valid trials) and small samples, because every new task costs a
+#: verified episode (~2.4 s of sandboxed test runs) and every RL completion is verified too.
+DOMAIN_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "swe": {
+        "domain": {"options": {"prompt_style": "tiny"}},
+        "generator": {"model": "bootstrap:swe", "max_new_tokens": 96},
+        "solver": {"backend": "synthetic-swe"},
+        "spotcheck": {"k": 3, "band_lo": 1, "band_hi": 2, "min_valid_trials": 2, "budget_per_cycle": 8,
+                      "budget_per_hour": 256},
+        "probes": {"train_samples": 64},
+        "rl": {"steps_per_chunk": 4, "batch_size": 8, "num_generations": 4},
+        "daemon": {"sample_size": 32},
+        "alerts": {"sample_size": 24},
+    },
+}
+
+
+def with_domain(cfg: PropelConfig, name: str) -> PropelConfig:
+    """``cfg`` with ``domain.name = name``: what the file set is kept, the domain's defaults fill the rest
+    (``propel run --domain swe``); raises :class:`ConfigError`."""
+    data = cfg.model_dump(exclude_unset=True)
+    domain = data.get("domain", {})
+    # options the file gave for another named domain do not carry over; options with no name do
+    data["domain"] = {"name": name} if domain.get("name", name) != name else {**domain, "name": name}
+    try:
+        return PropelConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"--domain {name}", _problems(err)) from None
 
 
 #: Keys that were accepted once and did nothing; a config naming one fails with what replaced it.

@@ -13,9 +13,11 @@ what the domain needs:
   numbers, sympy in the sandbox otherwise; ``None`` when the comparison times out);
 * ``azr``: the hidden inputs and gold outputs; the solver's function runs in the sandbox (``None``
   when the sandbox itself failed);
-* ``swe``: grading applies the bug and the fix to a fetched, preflighted repository checkout and
-  runs its test suite, which a message cannot carry: pass ``domain=SweDomain(...)`` (see
-  :data:`SWE_HINT`) or :class:`GradingUnavailable` is raised.
+* ``swe``: the bug patch and the candidate diff are applied to a fresh sandboxed copy of the
+  repository tree the bug was verified on, and the message's fail-to-pass and pass-to-pass tests run
+  (``curriculum.domains.swe.grading``). The tree must be in this machine's SWE cache (``propel swe
+  fetch``; ``$PROPEL_SWE_CACHE``; lab repositories also need ``$PROPEL_SWE_REGISTRY``), else
+  :class:`GradingUnavailable` says what to fetch. ``domain=SweDomain(...)`` grades with one you built.
 
 Domain objects are built once per process and domain name with their default options; pass
 ``domain=`` to grade with one you configured (another sandbox, a SWE repository cache).
@@ -32,17 +34,14 @@ if TYPE_CHECKING:
 
 #: domains whose messages carry everything grading needs
 GRADABLE_FROM_MESSAGE = ("arith", "azr", "math")
-SWE_HINT = ("swe tasks cannot be graded from the message alone (grading runs the repository's test suite on "
-            "a local checkout): fetch the repositories with `python -m curriculum.domains.swe fetch`, then "
-            "grade with propel_sdk.grading.grade(message, completion, "
-            "domain=curriculum.domains.swe.domain.SweDomain(split=None))")
 
 _domains: dict[str, Domain] = {}
 _lock = threading.Lock()
 
 
 class GradingUnavailable(ValueError):
-    """The message's domain cannot be graded from the message alone; the text says what to use."""
+    """The task cannot be graded on this machine (swe: its repository is not in the local cache); the
+    text says what to fetch or set."""
 
 
 def _known_domains() -> list[str]:
@@ -52,8 +51,6 @@ def _known_domains() -> list[str]:
 
 
 def _default_domain(name: str) -> Domain:
-    if name == "swe":
-        raise GradingUnavailable(SWE_HINT)
     if name not in GRADABLE_FROM_MESSAGE:
         raise ValueError(f"unknown domain {name!r} in message; known domains: {', '.join(_known_domains())}")
     with _lock:
@@ -71,15 +68,22 @@ def grade(message: Mapping[str, Any], completion: str, *, domain: Domain | None 
     ``message`` is a frontier-task message (``LeasedTask.message`` or a ``FrontierTask`` dumped to a
     dict); ``domain`` overrides the default-built domain (it must have the message's domain name).
     Raises :class:`ValueError` for an unknown domain and :class:`GradingUnavailable` for ``swe``
-    without ``domain=``."""
+    when the task's repository is not in the local SWE cache (the text says what to fetch)."""
     name = str(message.get("domain", ""))
+    grading = message.get("grading")
+    if not isinstance(grading, Mapping):
+        raise ValueError(f"message {message.get('id')!r} has no 'grading' object")
+    if domain is None and name == "swe":
+        from curriculum.domains.swe.grading import local_grader  # lazily: the SDK imports no domain code
+
+        found = local_grader(grading)
+        if isinstance(found, str):
+            raise GradingUnavailable(f"task {message.get('id')!r}: {found}")
+        domain = found
     if domain is None:
         domain = _default_domain(name)
     elif domain.name != name:
         raise ValueError(f"message is a {name!r} task but domain= is {domain.name!r}")
-    grading = message.get("grading")
-    if not isinstance(grading, Mapping):
-        raise ValueError(f"message {message.get('id')!r} has no 'grading' object")
     from curriculum.domains.base import Task
 
     # The message has no task text; every domain grades from the payload (arith falls back to the

@@ -6,8 +6,9 @@ from pathlib import Path
 
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
-                 port: int = 0, seed: int = 0, spot_budget: int = 12) -> Path:
-    """A small, fast daemon config (the embedded defaults shrunk for CPU tests)."""
+                 port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "") -> Path:
+    """A small, fast daemon config (the embedded defaults shrunk for CPU tests); ``extra`` is appended
+    (new tables), ``rl_extra`` goes into the ``[rl]`` table."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
 seed = {seed}
@@ -30,6 +31,7 @@ train_samples = 192
 steps_per_chunk = 2
 batch_size = 8
 num_generations = 4
+{rl_extra}
 [spotcheck]
 budget_per_cycle = {spot_budget}
 [emission]

@@ -13,6 +13,7 @@ import numpy as np
 
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.domains.base import Task, Validity
+from curriculum.novelty import DiversityTerm
 from curriculum.retrain import RetrainSpec
 from curriculum.rewards import HardGateReward
 from curriculum.solvers import build_solver
@@ -55,12 +56,14 @@ class ComplexityScorer:
 
 class FakeEngine:
     """Samples random arith expressions; 'probability' is a fixed function of complexity; the reward is
-    the real hard gate over those scores."""
+    the real hard gate over those scores (with the diversity term when one is given: then each RL chunk
+    also scores one GRPO batch of samples with the real reward, and reports its mean penalty)."""
 
-    def __init__(self) -> None:
+    def __init__(self, diversity: DiversityTerm | None = None, group_size: int = 1) -> None:
         self.domain = CountingArith()
         self.scorer = ComplexityScorer()
-        self.reward = HardGateReward(self.domain, self.scorer, floor=-6.0, group_size=1)
+        self.reward = HardGateReward(self.domain, self.scorer, floor=-6.0, group_size=group_size)
+        self.reward.diversity = diversity
         self.step = 0
         self.members: tuple[str, ...] = ("file:///p",)
         self.aux: tuple[str, ...] = ()
@@ -74,7 +77,12 @@ class FakeEngine:
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
         self.step += steps
         self.kl_factors.append(kl_factor)
-        return {"reward_mean": 0.1 * self.step, "steps": float(steps)}
+        out = {"reward_mean": 0.1 * self.step, "steps": float(steps)}
+        if self.reward.diversity is not None:
+            completions = self.sample(4 * self.reward.group_size, seed=self.step)
+            self.reward([""] * len(completions), completions)
+            out["diversity_penalty"] = float(self.reward.logs[-1].diversity_penalty or 0.0)
+        return out
 
     def sample(self, n: int, seed: int) -> list[str]:
         rng = random.Random(seed)
@@ -99,6 +107,10 @@ class FakeEngine:
     def reference_info(self) -> ReferenceInfo:
         return ReferenceInfo("tiny", reference().fingerprint, 2, "mean_full")
 
+    def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
+        if self.reward.diversity is not None:
+            self.reward.diversity.observe(texts, topics)
+
 
 @functools.cache
 def reference() -> FrozenReference:
@@ -120,9 +132,10 @@ class QueuedRetrainer:
         self.specs.append(spec)
 
 
-def make_driver(store: Store, work_dir: Path, retrainer: Any = None, **kw: Any) -> tuple[Driver, FakeEngine]:
-    """The fake engine, in-process spot-checks with the synthetic solver, real retrains on the tiny
-    reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
+def make_driver(store: Store, work_dir: Path, retrainer: Any = None, engine: FakeEngine | None = None,
+                **kw: Any) -> tuple[Driver, FakeEngine]:
+    """The fake engine (or ``engine``), in-process spot-checks with the synthetic solver, real retrains on
+    the tiny reference; ``kw`` overrides the small :class:`DriverSettings` used here."""
     settings = DriverSettings(**{
         "run_name": "drv", "sample_size": 40, "band": Band(8, 1, 3, 6), "budget_per_cycle": 20,
         "retrain_min_false_positives": 3, "min_probability": 0.3, "max_topic_share": 0.5,
@@ -131,7 +144,7 @@ def make_driver(store: Store, work_dir: Path, retrainer: Any = None, **kw: Any) 
         run_id = repo.get_or_create_run(s, settings.run_name, "h", {})
         pid = repo.register_probe(s, "primary", "primary", "file:///p", "sha256:ref", {}, run_id=run_id)
         repo.set_active_probes(s, [pid], run_id)
-    engine = FakeEngine()
+    engine = engine or FakeEngine()
     spot = InProcessSpotChecker(store, engine.domain, build_solver("synthetic", seed=1), Sampling())
     retrainer = retrainer or InProcessRetrainer(store, engine.domain, FeatureExtractor(reference()),
                                                 artifacts_for(store, work_dir))

@@ -39,6 +39,7 @@ class ChunkStats:
     checkpoint: str
     reward_name: str
     solver_trials: int = 0
+    diversity_penalty: float | None = None  # mean over the chunk's reward calls; None when the term is off
 
     @property
     def steps(self) -> int:
@@ -73,11 +74,12 @@ def _history_stats(history: list[dict[str, Any]], start_step: int) -> tuple[dict
     return means, (_mean(kls) if kls else None)
 
 
-def _reward_log_stats(reward: RewardFn, first_log: int) -> tuple[float, int]:
+def _reward_log_stats(reward: RewardFn, first_log: int) -> tuple[float, int, float | None]:
     logs = list(getattr(reward, "logs", []))[first_log:]
     validity = _mean([float(log.validity_rate) for log in logs])
     trials = sum(int(getattr(log, "solver_trials", 0)) for log in logs)
-    return validity, trials
+    penalties = [float(p) for log in logs if (p := getattr(log, "diversity_penalty", None)) is not None]
+    return validity, trials, (_mean(penalties) if penalties else None)
 
 
 def anchor_kl_to_base(model: Any) -> None:
@@ -120,13 +122,13 @@ def run_chunk(model: Any, tokenizer: Any, reward: RewardFn, config: GeneratorRLC
     end_step = int(trainer.state.global_step)
     staged = staging / f"checkpoint-{end_step}"
     hist, kl = _history_stats(trainer.state.log_history, start_step)
-    validity, trials = _reward_log_stats(reward, first_log)
+    validity, trials, penalty = _reward_log_stats(reward, first_log)
     name = str(getattr(reward, "__name__", type(reward).__name__))
     stats = ChunkStats(
         start_step=start_step, end_step=end_step, reward_mean=hist["reward_mean"], reward_std=hist["reward_std"],
         zero_spread_share=hist["zero_spread_share"], validity_rate=validity, kl=kl, wall_s=wall_s,
         adapter_hash=adapter_hash(model), checkpoint="", reward_name=name,
-        solver_trials=trials,
+        solver_trials=trials, diversity_penalty=penalty,
     )
     meta = {"stats": stats.to_dict(), "config_hash": config.config_hash(), **(provenance or {})}
     committed = store.commit(staged, meta)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from curriculum.domains.base import get_domain
+from curriculum.domains.base import Domain, get_domain
 from curriculum.rl.checkpoints import CheckpointStore
 from curriculum.rl.chunk import ChunkStats, RewardFn, run_chunk
 from curriculum.rl.config import GeneratorRLConfig
@@ -24,11 +24,14 @@ class GeneratorTrainer:
     """Chunked GRPO + LoRA training of a task generator; see the module docstring."""
 
     def __init__(self, config: GeneratorRLConfig, run_dir: str | Path, model: Any = None,
-                 tokenizer: Any = None) -> None:
-        """``model``/``tokenizer`` may be passed in memory (tests); otherwise ``config.generator`` is loaded."""
+                 tokenizer: Any = None, domain: Domain | None = None) -> None:
+        """``model``/``tokenizer`` may be passed in memory (tests); otherwise ``config.generator`` is loaded.
+        ``domain``: the configured domain object (its prompts); default ``get_domain(config.domain)``."""
         self.config = config
         self.store = CheckpointStore(Path(run_dir), keep=config.keep_checkpoints)
-        self.domain = get_domain(config.domain)
+        if domain is not None and domain.name != config.domain:
+            raise ValueError(f"domain {domain.name!r} does not match the RL config's domain {config.domain!r}")
+        self.domain = domain if domain is not None else get_domain(config.domain)
         if model is None:
             model, loaded_tok = load_base(config.generator, device="cpu" if config.use_cpu else _default_device())
             tokenizer = tokenizer or loaded_tok

@@ -277,6 +277,14 @@ def queue_depths(sess: Session, run_id: int | None = None) -> dict[str, int]:
     return {state: int(n) for state, n in sess.execute(q)}
 
 
+def recently_emitted(sess: Session, run_id: int, limit: int) -> tuple[list[str], list[str | None]]:
+    """Texts and topics of the run's ``limit`` most recently emitted (queued) tasks, oldest first."""
+    rows = sess.execute(select(TaskRow.text, QueueItem.topic).join(TaskRow, TaskRow.id == QueueItem.task_id)
+                        .where(QueueItem.run_id == run_id)
+                        .order_by(QueueItem.enqueued_at.desc(), QueueItem.id.desc()).limit(limit)).all()
+    return [r.text for r in reversed(rows)], [r.topic for r in reversed(rows)]
+
+
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]

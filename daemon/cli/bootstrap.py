@@ -34,8 +34,12 @@ def bootstrap(ctx: click.Context, domain: str, data_dir: Path | None, steps: int
             f"(known domains: {known})"
         )
     cfg = get_config(ctx)
-    result = run_bootstrap(domain, data_dir or Path(cfg.data_dir), steps=steps or cfg.generator.bootstrap_steps,
-                           force=force)
+    options = dict(cfg.domain.options) if domain == cfg.domain.name else None  # swe: which repository cache
+    try:
+        result = run_bootstrap(domain, data_dir or Path(cfg.data_dir), steps=steps or cfg.generator.bootstrap_steps,
+                               force=force, domain_options=options)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     state = "reused cached model" if result.reused else f"trained in {result.train_s:.0f}s"
     click.echo(f"{domain}: {state}, {result.n_params:,} parameters")
     click.echo(f"model: {result.path}")

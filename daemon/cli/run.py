@@ -19,8 +19,12 @@ def _cfg(ctx: click.Context) -> PropelConfig:
 @click.option("--until-cycle", type=click.IntRange(1), default=None,
               help="run until the run's cycle counter reaches N (restart-friendly), then exit")
 @click.option("--no-api", is_flag=True, help="do not start the HTTP API")
+@click.option("--domain", "domain", type=click.Choice(["arith", "azr", "math", "swe"]), default=None,
+              help="run this domain (overrides domain.name; the domain's defaults fill what the config leaves "
+              "unset: swe = tiny spec generator + synthetic SWE solver on CPU, see docs/SWE.md)")
 @click.pass_context
-def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None, no_api: bool) -> None:
+def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None, no_api: bool,
+                domain: str | None) -> None:
     """Run the daemon: RL → sample → spot-check → retrain → emit, cycle after cycle.
 
     With no --config this is the embedded demo: SQLite under ./.propel, the arith domain, the
@@ -31,6 +35,13 @@ def run_command(ctx: click.Context, cycles: int | None, until_cycle: int | None,
     from daemon.service.runtime import run
 
     cfg = _cfg(ctx)
+    if domain is not None:
+        from daemon.config import ConfigError, with_domain
+
+        try:
+            cfg = with_domain(cfg, domain)
+        except ConfigError as err:
+            raise click.UsageError(str(err)) from None
     if cycles is not None and until_cycle is not None:
         raise click.UsageError("use --cycles or --until-cycle, not both")
     progress = Progress(json_mode=ctx.ensure_object(dict).get("log_format") == "json")

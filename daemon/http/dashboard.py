@@ -45,7 +45,7 @@ from daemon.ops.replay import AlertInterval, UnknownRunError, find_run, load_his
 router = APIRouter(tags=["dashboard"])
 
 PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("collapse", "Collapse metrics", ("top_topic_share", "distinct3", "self_bleu3")),
+    ("collapse", "Collapse metrics", ("top_topic_share", "distinct3", "self_bleu3", "rl_diversity_penalty")),
     ("generator", "Generator", ("validity", "reward_mean", "reward_var")),
     ("probes", "Probe quality and spot-checks",
      ("probe_precision", "false_positive_rate", "spotcheck_utility", "solver_budget_used")),
@@ -57,6 +57,7 @@ UNITS: dict[str, tuple[str, str]] = {
     "top_topic_share": ("share of valid tasks (0–1)", "per cycle"),
     "distinct3": ("unique / total 3-grams (0–1)", "per cycle"),
     "self_bleu3": ("Self-BLEU-3 (0–1)", "per cycle"),
+    "rl_diversity_penalty": ("reward's repetition penalty (0–1)", "mean of the RL chunk"),
     "validity": ("share of samples (0–1)", "per cycle"),
     "reward_mean": ("reward (probe logit)", "per cycle"),
     "reward_var": ("reward variance (RVP)", "per cycle"),
@@ -68,6 +69,9 @@ UNITS: dict[str, tuple[str, str]] = {
     "solver_trials": ("solver attempts", "rolling 1 h, not cumulative"),
     "queue_ready": ("ready tasks", "level after the cycle"),
 }
+#: What an empty panel says when "no data yet" would mislead (the metric exists only when switched on).
+EMPTY: dict[str, str] = {
+    "rl_diversity_penalty": "rl_diversity_penalty: no data\n(recorded when rl.diversity_weight > 0)"}
 RECENT_PROBE_CHANGES = 10
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
 _SEVERITY_COLOURS = {"critical": "tab:red", "warning": "tab:orange", "info": "tab:blue"}
@@ -172,7 +176,7 @@ def metrics_svg(data: DashboardData, names: Sequence[str], rules: Sequence[Alert
             ax.set_ylabel(unit, fontsize=8)
             ax.set_xlabel("cycle")
         else:
-            _empty(ax, f"{name}: no data yet")
+            _empty(ax, EMPTY.get(name, f"{name}: no data yet"))
     return _svg(fig)
 
 

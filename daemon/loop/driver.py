@@ -515,11 +515,13 @@ class Driver:
                                      ready_now=ready, paused_topics=frozenset(state.paused_topics),
                                      verified_only=verified))
             prov = self.engine.provenance()
-            items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in rows
-                     if r.TaskRow.id in plan]
+            picked = [r for r in rows if r.TaskRow.id in plan]
+            items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
             self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
+            texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
+        self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
                   "backpressure": float(ready >= self.s.high_water_mark)}
         self._record(cycle, values)

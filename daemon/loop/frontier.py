@@ -131,9 +131,15 @@ class FrontierTracker:
             out["drift_measured"] = float(latest[-1].measured)
         return out
 
+    @property
+    def retry_after_labels(self) -> int:
+        """New labels after which a refresh skipped for want of data is tried again."""
+        return max(8, self.s.refresh_min_labels // 4)
+
     def refresh_due(self, state: DriverState) -> str | None:
         """Why a primary refresh is due now (None: not due): a finished measurement above the drift
-        threshold that has not triggered one yet, or enough new usable labels since the last refresh."""
+        threshold that has not triggered one yet, a skipped refresh once enough labels arrived since
+        (:attr:`retry_after_labels`), or enough new labels since the last refresh."""
         with self.store.session() as s:
             finished = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
             written = frontier_labels.labels_written(s, self.name, self.run_id)
@@ -142,6 +148,8 @@ class FrontierTracker:
             if m.id not in seen and (m.score or 0.0) > self.s.refresh_drift_threshold:
                 state.refresh_drift_seen = sorted(seen | {m.id})
                 return f"drift {m.score:.2f} on {m.new_version}"
+        if state.refresh_retry is not None and written - state.refresh_retry_labels_at >= self.retry_after_labels:
+            return f"retry ({written - state.refresh_retry_labels_at} new labels since {state.refresh_retry})"
         base = state.refresh_labels_at
         if self.s.refresh_every_labels > 0 and written - base >= self.s.refresh_every_labels:
             return f"{written - base} new labels"
@@ -194,6 +202,7 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
         champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
         written = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
     state.refresh_labels_at = written
+    state.refresh_retry = None
     spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
                    champion=champions[0].artifact_uri if champions else "",
                    holdout_share=driver.s.frontier.refresh_holdout_share,
@@ -231,6 +240,13 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
                 log.warning("%s", err)
         return {}
     state.refresh_job = None
+    if job.state == "skipped":  # too few labels, or a holdout of one class: due again once more arrive
+        with driver.store.session() as s:
+            state.refresh_retry_labels_at = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
+        state.refresh_retry = f"{job.name} was skipped: {job.reason}"
+        log.info("primary refresh %s skipped (%s); tried again after %d new labels", job.name, job.reason,
+                 driver.frontier.retry_after_labels)
+        return {"primary_refreshed": 0.0, "refresh_skipped": 1.0}
     if job.state != "done" or job.probe_id is None:
         log.info("primary refresh %s %s: %s", job.name, job.state, job.reason)
         return {"primary_refreshed": 0.0}
@@ -262,7 +278,8 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
 
 
 def retire_ready(driver: Driver) -> int:
-    """Re-score the run's ready tasks with the new primary; those below the emission threshold go stale."""
+    """Re-score the run's ready tasks with the new primary: those below the emission threshold go stale,
+    the others carry the new probability (lease selection by ``predicted_in_band`` sees it)."""
     rows = refresh.ready_tasks(driver.store, driver.run_id)
     if not rows:
         return 0
@@ -273,4 +290,4 @@ def retire_ready(driver: Driver) -> int:
         lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
                                                   zip(rows, scored.logits, scored.probabilities, strict=True)])
     probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
-    return refresh.retire_stale(driver.store, driver.run_id, probs, driver.s.min_probability)
+    return refresh.rescore_ready(driver.store, driver.run_id, probs, driver.s.min_probability)

@@ -73,6 +73,10 @@ class Engine(Protocol):
         """The reference model, its fingerprint and the probe feature (for aux-probe retrain jobs)."""
         ...
 
+    def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
+        """Tasks just emitted (texts, topics): the reward's diversity archive (if on) remembers them."""
+        ...
+
 
 class SpotChecker(Protocol):
     solver_id: str  # the solver's name; the version spot-checks are recorded against comes from the store

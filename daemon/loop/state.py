@@ -86,6 +86,9 @@ class DriverState(BaseModel):
     refresh_drift_seen: list[int] = Field(default_factory=list, description="drift measurements that already "
                                           "triggered a refresh")
     refresh_labels_at: int = Field(0, ge=0, description="labels written (every version) at the last refresh")
+    refresh_retry: str | None = Field(None, description="a refresh skipped for want of data (why it was due): "
+                                      "tried again once enough new labels are written")
+    refresh_retry_labels_at: int = Field(0, ge=0, description="labels written when that refresh was skipped")
     champion: Champion | None = None
 
     def stored(self) -> dict[str, Any]:

@@ -18,17 +18,23 @@ import numpy as np
 
 from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.first_probe import LabelledCorpus, distinct_valid_tasks, label_corpus, register_primaries
 from curriculum.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
-from curriculum.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
-from daemon.service.settings import band, build_artifacts, build_configured_solver, sampling
+from daemon.service.settings import (
+    band,
+    build_artifacts,
+    build_configured_solver,
+    restored_diversity_term,
+    sampling,
+)
 from probes import (
     ExtractionConfig,
     FeatureExtractor,
@@ -37,7 +43,6 @@ from probes import (
     Probe,
     ProbeScorer,
     TrainConfig,
-    save_probe,
 )
 from probes.fit import fit_probe
 from probes.progress import ProgressReporter
@@ -53,7 +58,8 @@ def resolve_model(spec: str, cfg: PropelConfig, say: Callable[[str], None]) -> s
 
     domain = spec.split(":", 1)[1]
     say(f"bootstrapping the tiny {domain} generator in {cfg.data_dir} (cached after the first run)…")
-    result = bootstrap(domain, data_dir=cfg.data_dir, steps=cfg.generator.bootstrap_steps, show_progress=True)
+    result = bootstrap(domain, data_dir=cfg.data_dir, steps=cfg.generator.bootstrap_steps, show_progress=True,
+                       domain_options=dict(cfg.domain.options) if domain == cfg.domain.name else None)
     say(f"generator {result.path} · {result.n_params:,} params · {result.validity:.1%} valid"
         + (" (reused)" if result.reused else f" (trained in {result.train_s:.0f} s)"))
     return str(result.path)
@@ -89,11 +95,12 @@ class PropelEngine:
         restored = restore_checkpoint(store, run_id, self.artifacts, self.run_dir / "generator")
         if restored is not None:
             say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
-        self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator")
+        self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator", domain=self.domain)
         self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
+        self.diversity = restored_diversity_term(cfg, store, run_id)  # one archive: survives reloads, restarts
         say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
             f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
         self.calibration_texts = self._calibration_texts()
@@ -121,7 +128,8 @@ class PropelEngine:
                                                  self.cfg.probes.ensemble, [local(u) for u in aux_uris],
                                                  ExtractionConfig(batch_size=self.cfg.reference.batch_size))
         self.reward: ProbeReward = build_reward(self.cfg.rl.reward, self.domain, self.scorer, self.calibration_texts,
-                                                self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin)
+                                                self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin,
+                                                diversity=self.diversity)
         self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
                  f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
 
@@ -129,39 +137,25 @@ class PropelEngine:
         with self.store.session() as s:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
-        texts, labels = self._offline_labels(self.cfg.probes.train_samples)
+        corpus = self._offline_labels(self.cfg.probes.train_samples)
         extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
-        with ProgressReporter("probe features", len(texts), unit="texts") as bar:
-            x = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
-        y = np.array([int(bool(lab.in_band)) for lab in labels])
-        ids = []
-        for member in range(self.cfg.probes.members):
-            name = f"{self.cfg.run_name}-primary-{member}"
-            probe = self._fit(x, y, name, seed=self.cfg.seed + member, training={
-                "rows": len(texts), "positives": int(y.sum()), "offline_solver_trials": len(texts) * self.band.k})
-            uri = self.artifacts.put_tree(save_probe(probe, self.run_dir / "probes" / name))
-            with self.store.session() as s:
-                ids.append(repo.register_probe(s, name, "primary", uri, self.reference.fingerprint,
-                                               {"metrics": probe.metrics, "training": probe.training},
-                                               run_id=self.run_id))
-        with self.store.session() as s:
-            repo.set_active_probes(s, ids, self.run_id)
+        with ProgressReporter("probe features", len(corpus.texts), unit="texts") as bar:
+            x = extractor.extract(corpus.texts, [self.spec], bar.advance)[self.spec]
+        y = corpus.y
+        training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials}
+        probes = [self._fit(x, y, f"{self.cfg.run_name}-primary-{member}", seed=self.cfg.seed + member,
+                            training=training) for member in range(self.cfg.probes.members)]
+        register_primaries(self.store, self.run_id, self.artifacts, probes, self.run_dir / "probes",
+                           self.reference.fingerprint)
 
-    def _offline_labels(self, n: int) -> tuple[list[str], list[LabelValue]]:
+    def _offline_labels(self, n: int) -> LabelledCorpus:
         """Sample ``n`` base-policy tasks and label them with ``k`` solver attempts each (offline trials)."""
         solver = build_configured_solver(self.cfg)
-        checks = [v for v in self.domain.validate_batch(self.trainer.sample(n, seed=self.cfg.seed + 1)) if v.valid]
-        tasks = list({v.task.content_hash: v.task for v in checks}.values())
+        tasks = distinct_valid_tasks(self.domain, self.trainer.sample(n, seed=self.cfg.seed + 1))
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
         with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
-            labels = label_tasks(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
-        keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
-        pos = sum(1 for i in keep if labels[i].in_band)
-        if pos == 0 or pos == len(keep):
-            raise RuntimeError(f"the offline probe set has {pos} in-band tasks of {len(keep)}: both classes are "
-                               "needed; change spotcheck.band_lo/band_hi or probes.train_samples")
-        return [self.domain.reference_text(tasks[i]) for i in keep], [labels[i] for i in keep]
+            return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
 
     def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
         return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,
@@ -185,7 +179,13 @@ class PropelEngine:
                "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
         if stats.kl is not None:
             out["kl"] = stats.kl
+        if stats.diversity_penalty is not None:
+            out["diversity_penalty"] = stats.diversity_penalty
         return out
+
+    def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
+        if self.diversity is not None:
+            self.diversity.observe(texts, topics)
 
     def sample(self, n: int, seed: int) -> list[str]:
         return self.trainer.sample(n, seed)

@@ -18,7 +18,13 @@ from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
 from daemon.service.lifecycle import RunOptions, open_run, serve
-from daemon.service.settings import build_configured_solver, driver_settings, sampling, worker_settings
+from daemon.service.settings import (
+    build_configured_solver,
+    check_domain,
+    driver_settings,
+    sampling,
+    worker_settings,
+)
 
 if TYPE_CHECKING:
     from daemon.service.engine import PropelEngine
@@ -63,24 +69,32 @@ def build_retrainer(cfg: PropelConfig, store: Store, engine: PropelEngine) -> Re
     return CeleryRetrainer(cfg.run_name)  # build_spot configured the Celery app
 
 
+def assemble_driver(cfg: PropelConfig, store: Store, run_id: int, engine: PropelEngine, hooks: DriverHooks,
+                    should_stop: Callable[[], bool], metrics: PropelMetrics) -> Driver:
+    """The run's driver around ``engine``: the configured spot-checker and retrainer, its settings."""
+    spot = build_spot(cfg, store, engine)
+    retrainer = build_retrainer(cfg, store, engine)
+    return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
+                  should_stop=should_stop, metrics=metrics)
+
+
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
         progress: Progress) -> int:
     from daemon.service.engine import build_engine
 
+    check_domain(cfg)
     store, run_id = open_run(cfg)
     metrics = build_metrics()
     export_degraded(metrics, [], health.REASONS)
     hooks = ServiceHooks(cfg, store, run_id, metrics, progress)
     progress.say(f"propel · run [bold]{cfg.run_name}[/bold] · store {mask_url(cfg.database_url)} · "
                  f"domain {cfg.domain.name} · solver {cfg.solver.backend}"
-                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend == "synthetic" else ""))
+                 + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend.startswith("synthetic")
+                    else ""))
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
-        spot = build_spot(cfg, store, engine)
-        retrainer = build_retrainer(cfg, store, engine)
-        return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
-                      should_stop=stop.is_set, metrics=metrics)
+        return assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
+from curriculum.novelty import DiversityTerm
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.staleness import StalenessPolicy
+from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
@@ -36,7 +38,27 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
         kw["options"] = {"skill_by_version": dict(s.synthetic_skill_by_version)}
     if s.backend == "synthetic" and s.synthetic_skill_file:
         kw["options"] = {**kw.get("options", {}), "skill_file": str(s.synthetic_skill_file)}
+    if s.backend == "synthetic-swe":  # reads the verified tasks from the domain's repository cache
+        kw["options"] = {"cache_dir": cfg.domain.options.get("cache_dir")}
+        if s.synthetic_swe_offset is not None:
+            kw["options"]["offset"] = s.synthetic_swe_offset
     return kw
+
+
+def check_domain(cfg: PropelConfig) -> None:
+    """Fail before any model loads when the configured domain cannot produce tasks: its options are
+    wrong, or (swe) no repository of its split is fetched and preflighted; raises :class:`ConfigError`."""
+    from curriculum.domains.base import get_domain
+
+    try:
+        domain = get_domain(cfg.domain.name, **cfg.domain.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError("domain", [("domain.options", str(err))]) from None
+    usable = getattr(domain, "usable_repos", None)
+    if usable is not None and not usable():
+        raise ConfigError("domain", [("domain.options", f"no fetched, preflighted SWE repository among "
+                                      f"{', '.join(domain.repo_names) or 'none'} (split {domain.split!r}): run "  # type: ignore[attr-defined]
+                                      "`propel swe fetch` (docs/SWE.md), or set domain.options.repos")])
 
 
 def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
@@ -47,6 +69,25 @@ def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
+
+
+def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
+    """The reward's repetition penalty (``rl.diversity_*``); ``None`` when ``rl.diversity_weight`` is 0 (off)."""
+    rl = cfg.rl
+    if rl.diversity_weight == 0:
+        return None
+    return DiversityTerm(cfg.domain.name, rl.diversity_weight, archive_size=rl.diversity_archive_size,
+                         topic_quota=rl.diversity_topic_quota)
+
+
+def restored_diversity_term(cfg: PropelConfig, store: Store, run_id: int) -> DiversityTerm | None:
+    """:func:`diversity_term` with its archive refilled from the run's most recently emitted tasks (a
+    restarted daemon goes on comparing against what it emitted before)."""
+    term = diversity_term(cfg)
+    if term is not None:
+        with store.session() as s:
+            term.observe(*repo.recently_emitted(s, run_id, term.archive_size))
+    return term
 
 
 def band(cfg: PropelConfig) -> Band:

@@ -1,7 +1,7 @@
 """The toy PROPEL benchmark's ``--quick`` mode end to end, run as a user runs it (a subprocess of
 ``python -m benchmarks.toy_propel``, results redirected by ``PROPEL_BENCH_RESULTS``): every row and
 column is present. It checks the pipeline and the output schema, not the paper's goals (too few
-steps to show them).
+steps and one seed), and that the co-evolution rows went through the daemon's driver.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_benchmark_writes_every_row_and_column(tmp_path: Path) -> None:
     env = {**os.environ, "PROPEL_BENCH_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.toy_propel", "--quick", "--data-dir",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.toy_propel", "--quick", "--seeds", "1", "--data-dir",
                            str(tmp_path / "data"), "--name", "toy_propel_quick"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -34,6 +34,10 @@ def test_quick_benchmark_writes_every_row_and_column(tmp_path: Path) -> None:
     table = data["table"]
     assert table["PROPEL"]["online_solver_trials"] == 0 and table["PROPEL"]["offline_solver_trials"] > 0
     assert table["SIL"]["online_solver_trials"] > 0 and table["SIL"]["offline_solver_trials"] == 0
+    for row in ("PROPEL + co-evolution", "PROPEL-linear + co-evolution"):  # the daemon's driver ran the fork
+        info = data["per_seed"][row][0]["coevolution"]
+        assert info["spotcheck_spotcheck_dispatched"] > 0 and info["spotcheck_trials"] > 0, info
+        assert info["rl_step"] == data["settings"]["steps"], info  # then trained the second half
     assert set(data["goals"]) >= {"propel_ratio_vs_base", "coevo_share_of_single_probe_lift"}
     assert (tmp_path / "toy_propel_quick.png").stat().st_size > 0
     assert "## toy_propel" in (tmp_path / "README.md").read_text()

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from curriculum import frontier_labels, solver_versions
+from curriculum import frontier_labels, retrain, solver_versions
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.retrain import run_retrain
 from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.spotcheck import harvest_labels, run_spotcheck
 from curriculum.staleness import StalenessPolicy
-from curriculum.store import queue, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, QueueItem
 from daemon.loop.driver import Driver
-from daemon.loop.frontier import FrontierSettings, FrontierTracker
+from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh
 from daemon.loop.ports import Scored
 from daemon.loop.state import DriverState
 from probes import FeatureExtractor
@@ -126,6 +127,12 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
     with store.session() as s:
         served = [x.task_id for x in queue.lease(s, 1000, 600, "trainer-2", max_attempts=5, run_id=driver.run_id)]
     assert not set(served) & set(stale)
+    kept = [t for t, st in states.items() if st == "ready"]
+    with store.session() as s:  # the served tasks carry the new primary's probability, as leases select on it
+        scores = lineage.latest_scores(s, kept)
+        predicted = dict(s.execute(select(QueueItem.task_id, QueueItem.predicted_in_band)
+                                   .where(QueueItem.task_id.in_(kept))).all())
+    assert kept and all(predicted[t] == pytest.approx(scores[t][1]) for t in kept)
 
 
 def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) -> None:
@@ -145,3 +152,29 @@ def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) 
         with store.session() as s:  # what start_refresh records when it starts the job
             state.refresh_labels_at = frontier_labels.labels_written(s, solver.solver_id, run_id)
     assert fired == ["20 new labels", "20 new labels"], fired
+
+
+def test_a_skipped_refresh_is_tried_again_once_new_labels_arrive(store: Store, tmp_path: Path) -> None:
+    """A challenger skipped for want of data (here: too few usable labels) leaves the refresh due:
+    the driver's collect step records the skip, and the tracker asks again after
+    ``retry_after_labels`` more labels — with the count trigger off, nothing else would."""
+    frontier = FrontierSettings(refresh_every_labels=0, refresh_min_labels=32)
+    driver, _ = make_driver(store, tmp_path, frontier=frontier)
+    state = DriverState()
+    spec = driver._retrain_spec(0, False)
+    name = f"{spec.name}-primary-r0"
+    retrain.create_job(store, replace(spec, name=name, role="primary", refresh_min_labels=32))
+    retrain.finish_job(store, name, "skipped", "0 usable labels < 32")  # what run_retrain records
+    state.refresh_job = name
+    out = collect_refresh(driver, state)
+    assert out["refresh_skipped"] == 1.0 and state.refresh_job is None
+    assert state.refresh_retry is not None and "skipped" in state.refresh_retry
+    tracker = driver.frontier
+    assert tracker.refresh_due(state) is None  # no new labels yet
+    dom = ArithDomain()
+    new = [dom.validate_batch([f"{i} + {i + 1}"])[0].task for i in range(tracker.retry_after_labels)]
+    with store.session() as s:
+        ids = repo.add_tasks(s, driver.run_id, [repo.NewTask("arith", t.content_hash, t.text, True, t.payload, cycle=0)
+                                                for t in new])
+    _label(store, SyntheticArithSolver(seed=1), ids, "")  # the driver's spot-check solver
+    assert (why := tracker.refresh_due(state)) is not None and why.startswith("retry"), why

@@ -127,3 +127,28 @@ def test_artifacts_url_default_follows_the_mode_and_a_bad_protocol_names_the_key
         config_from_mapping({"artifacts": {"url": "nosuch://x"}}, env={})
     assert [key for key, _ in info.value.problems] == ["artifacts.url"]
     assert "not an fsspec protocol" in str(info.value)
+
+
+def test_swe_domain_fills_its_cpu_defaults_and_keeps_what_the_file_sets() -> None:
+    from daemon.config import config_from_mapping, with_domain
+
+    cfg = config_from_mapping({"domain": {"name": "swe", "options": {"cache_dir": "/c"}},
+                               "spotcheck": {"budget_per_cycle": 3}}, env={})
+    assert (cfg.generator.model, cfg.solver.backend) == ("bootstrap:swe", "synthetic-swe")
+    sc = cfg.spotcheck
+    assert (sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials) == (3, 1, 2, 2)
+    assert cfg.spotcheck.budget_per_cycle == 3 and cfg.domain.options == {"cache_dir": "/c", "prompt_style": "tiny"}
+    default = config_from_mapping({"data_dir": "/d"}, env={})
+    moved = with_domain(default, "swe")  # `propel run --domain swe` on a config that names no domain
+    assert moved.domain.name == "swe" and moved.solver.backend == "synthetic-swe" and str(moved.data_dir) == "/d"
+    with pytest.raises(ConfigError, match=r"'synthetic-swe' only works with domain\.name = 'swe'"):
+        config_from_mapping({"solver": {"backend": "synthetic-swe"}}, env={})
+
+
+def test_run_domain_swe_without_fetched_repositories_is_one_line(tmp_path: Path) -> None:
+    env = {"PROPEL_DATA_DIR": str(tmp_path / "data"), "PROPEL_SWE_CACHE": str(tmp_path / "swe-cache")}
+    result = CliRunner().invoke(cli, ["run", "--domain", "swe", "--cycles", "1", "--no-api"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "no fetched, preflighted SWE repository among parse, inflection, sqlparse (split 'rl-train'): " \
+           "run `propel swe fetch`" in result.output
+    assert not (tmp_path / "data" / "propel.db").exists()  # refused before the run was opened

@@ -38,12 +38,14 @@ VALUES: dict[str, Any] = {
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
     "solver.version": "rc-final", "solver.version_order": 7,
     "solver.synthetic_skill_by_version": {"step-2": 3.0}, "solver.synthetic_skill_file": "/tmp/skills.json",
+    "solver.synthetic_swe_offset": 1.5,
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
-    "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True,
+    "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True, "rl.diversity_weight": 0.3,
+    "rl.diversity_archive_size": 77, "rl.diversity_topic_quota": 0.5,
     "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.high_water_mark": 77,
     "emission.max_attempts": 3, "emission.unverified_grace_s": 60.0,
     "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
@@ -60,7 +62,7 @@ VALUES: dict[str, Any] = {
 }
 
 #: Fields that need another backend than VALUES' (checked with their own config by their own test).
-OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file"}
+OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file", "solver.synthetic_swe_offset"}
 
 #: Read where models load or the service loop runs (engine, lifecycle, runtime, CLI): checked by the AST scan.
 READ_IN_SERVICE = {
@@ -136,6 +138,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "rl.lora_alpha": lambda c: rl(c).lora.alpha, "rl.lora_dropout": lambda c: rl(c).lora.dropout,
         "rl.reward": _reward_kind, "rl.invalid_floor_margin": lambda c: rl(c).invalid_floor_margin,
         "rl.use_vllm": lambda c: rl(c).use_vllm, "rl.bf16": lambda c: rl(c).bf16,
+        "rl.diversity_weight": lambda c: getattr(_diversity(c), "weight", None),
+        "rl.diversity_archive_size": lambda c: getattr(_diversity(c), "archive_size", None),
+        "rl.diversity_topic_quota": lambda c: getattr(_diversity(c), "topic_quota", None),
         "emission.min_probability": lambda c: ds(c).min_probability,
         "emission.max_topic_share": lambda c: ds(c).max_topic_share,
         "emission.high_water_mark": lambda c: ds(c).high_water_mark,
@@ -171,6 +176,14 @@ def _staleness(key: str) -> Callable[[PropelConfig], Any]:
     from daemon.service.settings import driver_settings
 
     return lambda c: getattr(driver_settings(c).frontier.staleness, key)
+
+
+def _diversity(c: PropelConfig) -> Any:
+    from daemon.service.settings import diversity_term
+
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert "diversity=self.diversity" in source  # the engine hands the term to build_reward
+    return diversity_term(c)  # None (off) at the default weight 0
 
 
 def _spot_version(c: PropelConfig) -> tuple[str, str, int | None]:
@@ -248,7 +261,7 @@ def _extraction_batch(c: PropelConfig) -> Any:
 
 def _reward_kind(c: PropelConfig) -> str:
     source = (ROOT / "daemon" / "service" / "engine.py").read_text()
-    assert 'self.cfg.rl.reward == "hard_gate"' in source and 'self.cfg.rl.reward == "soft_gate"' in source
+    assert "build_reward(self.cfg.rl.reward," in source  # rewards.build_reward maps the kind to its class
     return c.rl.reward
 
 
@@ -288,6 +301,17 @@ def test_synthetic_skill_by_version_reaches_the_solver() -> None:
                                    VALUES["solver.synthetic_skill_file"]}), env={})
     solver = build_solver(**solver_kwargs(c))
     assert str(solver.skill_file) == VALUES["solver.synthetic_skill_file"]  # type: ignore[attr-defined]
+
+
+def test_synthetic_swe_options_reach_the_solver(tmp_path: Path) -> None:
+    from curriculum.solvers import build_solver
+    from daemon.service.settings import solver_kwargs
+
+    c = config_from_mapping(_nest({"domain.name": "swe", "domain.options": {"cache_dir": str(tmp_path)},
+                                   "solver.synthetic_swe_offset": VALUES["solver.synthetic_swe_offset"]}), env={})
+    solver = build_solver(**solver_kwargs(c))
+    assert solver.solver_id.startswith("synthetic:swe-logistic") and solver.offset == 1.5  # type: ignore[attr-defined]
+    assert solver.tasks_dir == tmp_path / "tasks"  # type: ignore[attr-defined]
 
 
 def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:

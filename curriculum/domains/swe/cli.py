@@ -45,10 +45,31 @@ def format_table(results: list[PreflightResult], splits: dict[str, str]) -> str:
     return "\n".join(rows)
 
 
+def _grade_message(args: argparse.Namespace) -> int:
+    from curriculum.domains.swe.grading import grade_message
+
+    try:
+        message = json.loads(Path(args.message).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"error: cannot read the task message {args.message}: {err}", file=sys.stderr)
+        return 2
+    verdict = grade_message(message, Path(args.fix).read_text(), args.cache, args.registry or None, args.runner)
+    if isinstance(verdict, str):
+        print(f"error: cannot grade here: {verdict}", file=sys.stderr)
+        return 2
+    print({True: "solved", False: "not solved", None: "could not grade (sandbox failure)"}[verdict])
+    return 0 if verdict else 1
+
+
 def _grade(args: argparse.Namespace) -> int:
     from curriculum.domains.base import Task
     from curriculum.domains.swe.domain import SweDomain
 
+    if args.message:
+        return _grade_message(args)
+    if not args.repo or not args.task:
+        print("error: grade needs --message FILE, or --repo and --task", file=sys.stderr)
+        return 2
     memo = RepoCache(args.cache).root / "tasks" / f"{args.task}.json"
     if not memo.is_file():
         print(f"error: no verified task {args.task} under {memo.parent}", file=sys.stderr)
@@ -73,8 +94,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m curriculum.domain
     fetch.add_argument("--force", action="store_true", help="re-run preflight even if stored")
     sub.add_parser("repos", help="show each repository's preflight status and split")
     grade = sub.add_parser("grade", help="grade a candidate fix for a verified task")
-    grade.add_argument("--repo", required=True)
-    grade.add_argument("--task", required=True, help="the task's content hash")
+    grade.add_argument("--message", help="an emitted task message (JSON; or its 'grading' object)")
+    grade.add_argument("--repo", help="with --task: a task verified in this cache")
+    grade.add_argument("--task", help="the task's content hash")
     grade.add_argument("--fix", required=True, help="file holding the candidate diff")
     args = parser.parse_args(argv)
     try:

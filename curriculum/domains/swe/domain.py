@@ -42,6 +42,9 @@ SWE_BAND: dict[str, int] = {"k": 3, "lo": 1, "hi": 2, "min_valid_trials": 2}
 #: The fixed prompt of the tiny CPU generator (it writes one spec line, then EOS).
 TINY_PROMPT = "BUG: "
 PROMPT_STYLES = ("instruct", "tiny")
+#: How a trainer grades a candidate fix for an emitted task: the message (or its ``grading`` object)
+#: saved as task.json, the candidate diff as fix.diff; the repository must be in the local cache.
+GRADING_COMMAND = "propel swe grade --message task.json --fix fix.diff"
 _REPO_LINE = re.compile(r"^\s*repo:\s*([A-Za-z0-9_.\-]+)\s*$", re.MULTILINE)
 _DIFF_BLOCK = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -117,10 +120,10 @@ class SweDomain:
             return f"repository {name!r} is not in this domain's split ({self.split})"
         checkout = self.cache.lookup(spec)
         if checkout is None:
-            return f"repository {name!r} is not fetched (python -m curriculum.domains.swe fetch)"
+            return f"repository {name!r} is not fetched (`propel swe fetch`)"
         pf = load_preflight(self.cache, checkout.content_hash)
         if pf is None:
-            return f"repository {name!r} has no preflight (python -m curriculum.domains.swe fetch)"
+            return f"repository {name!r} has no preflight (`propel swe fetch`)"
         if not pf.ok:
             return f"repository {name!r} was excluded at preflight: {pf.reason}"
         verifier = Verifier(checkout.root, pf.grading_tests, self.runner, episode_config(spec, self.policy, pf))
@@ -135,7 +138,7 @@ class SweDomain:
         usable = self.usable_repos()
         if not usable:
             raise ValueError(f"no fetched, preflighted SWE repository in split {self.split!r}; run "
-                             "python -m curriculum.domains.swe fetch")
+                             "`propel swe fetch`")
         if self.prompt_style == "tiny":
             return [TINY_PROMPT] * n
         rng = random.Random(seed)
@@ -222,16 +225,19 @@ class SweDomain:
         spec = state.checkout.spec
         text = issue_text(spec.name, spec.version, list(verdict.fail_to_pass), list(verdict.failure_messages),
                           len(state.preflight.grading_tests))
-        payload = {**task.payload, "fail_to_pass": list(verdict.fail_to_pass),
+        payload = {**task.payload, "version": spec.version, "fail_to_pass": list(verdict.fail_to_pass),
                    "pass_to_pass": list(verdict.pass_to_pass), "reference_fix": verdict.reference_fix,
-                   "issue": text, "changed": list(verdict.changed)}
+                   "issue": text, "changed": list(verdict.changed), "grading_command": GRADING_COMMAND}
         return Validity.ok(Task(NAME, task.text, payload))
 
     def validate_batch(self, completions: list[str]) -> list[Validity]:
         return validate_each(self, completions)
 
     def reference_text(self, task: Task) -> str:
-        return task.text
+        """What the probes read: the bug spec line for a mutator bug (the tiny generator's own output),
+        else the ``repo:`` line and the patch."""
+        spec = task.payload.get("spec")
+        return str(spec) if spec else task.text
 
     def solver_prompt(self, task: Task) -> str:
         issue = task.payload.get("issue")
@@ -252,7 +258,8 @@ class SweDomain:
         return str(task.payload.get("operator") or "patch")
 
     def grading_command(self, task: Task) -> str:
-        """A shell command that grades a candidate fix (``fix.diff``) for this task locally."""
+        """A shell command that grades a candidate fix (``fix.diff``) for this task locally, where the
+        daemon's task memo is (``GRADING_COMMAND`` grades from an emitted message anywhere)."""
         return (f"python -m curriculum.domains.swe grade --repo {task.payload['repo']} "
                 f"--task {task.content_hash} --fix fix.diff")
 

@@ -92,3 +92,8 @@ def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: py
     monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", "2")
     boot.bootstrap("arith", tmp_path / "b", settings=TINY, show_progress=False, force=True)
     assert seen == [1, 2] and torch.get_num_threads() == before
+
+
+def test_swe_bootstrap_without_fetched_repositories_says_what_to_run(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"no fetched, preflighted SWE repository.*`propel swe fetch`"):
+        bootstrap("swe", tmp_path, domain_options={"cache_dir": str(tmp_path / "empty-cache")})

@@ -64,7 +64,7 @@ def test_ages_follow_order_not_arrival_and_legacy_unordered_have_none() -> None:
     assert ages([]) == {"": 0}
 
 
-KEEP2 = StalenessPolicy()
+KEEP2 = StalenessPolicy(keep_versions=2)
 KEEP1 = StalenessPolicy(keep_versions=1)
 HALF = StalenessPolicy(mode="half_life", half_life_versions=1.0, min_weight=0.2)
 HALF2 = StalenessPolicy(mode="half_life", half_life_versions=2.0, min_weight=0.0)

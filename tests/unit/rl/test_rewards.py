@@ -8,12 +8,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from curriculum.novelty import DiversityTerm
 from curriculum.rewards import (
     HardGateReward,
     ProbeOnlyReward,
     RewardError,
     SoftGateReward,
     SolverInTheLoopReward,
+    build_reward,
     floor_below,
     zero_spread_share,
 )
@@ -162,3 +164,38 @@ def test_from_valid_scores_equals_the_full_reward_without_a_second_pass(domain, 
     assert reused == pytest.approx(full)
     invalid_texts = [domain.reference_text(c.task) for c in checks if not c.valid]
     assert counting.texts == (invalid_texts if kind == "probe_only" else []), "valid tasks are not scored again"
+
+
+@pytest.mark.parametrize("kind", ["hard_gate", "soft_gate", "probe_only"])
+def test_diversity_term_lowers_repeated_valid_tasks_and_logs_the_penalty(domain, kind: str) -> None:
+    """Duplicates lose ``weight × penalty``; invalid completions keep the floor; the mean is logged."""
+    scorer = FixedScorer(default=0.5)
+    term = DiversityTerm("arith", weight=0.4)
+    reward = build_reward(kind, domain, scorer, ["Q:1+2"], group_size=4, diversity=term)
+    plain = build_reward(kind, domain, scorer, ["Q:1+2"], group_size=4)
+    completions = ["1+2", "1 + 2", "12*3-4", "oops", *VALID]  # group 1 repeats a task (spacing aside)
+    metrics: dict[str, float] = {}
+    out = reward(["Q:"] * 8, completions, log_metric=metrics.__setitem__)
+    base = plain(["Q:"] * 8, completions)
+    penalties = term.penalties([c if c != "oops" else None for c in completions], 4)
+    assert penalties[0] == penalties[1] == pytest.approx(0.5) and penalties[3] == 0.0
+    assert out == pytest.approx([b - 0.4 * p for b, p in zip(base, penalties, strict=True)])
+    assert out[0] < out[2] and out[3] == base[3]  # the repeated task earns less; the invalid one is untouched
+    valid_mean = float(np.mean([p for i, p in enumerate(penalties) if i != 3]))
+    assert reward.logs[-1].diversity_penalty == pytest.approx(valid_mean)
+    assert metrics["propel/diversity_penalty"] == pytest.approx(valid_mean)
+    assert plain.logs[-1].diversity_penalty is None and "diversity_penalty" not in plain.logs[-1].to_dict()
+
+
+@pytest.mark.parametrize("kind", ["hard_gate", "soft_gate"])
+def test_gated_valid_rewards_stay_above_the_floor_with_the_term_on(domain, kind: str) -> None:
+    """Even a weight far above the reward's range never takes a valid task down to an invalid one."""
+    term = DiversityTerm("arith", weight=50.0)
+    term.observe(VALID, ["t"] * len(VALID))  # every valid completion repeats the archive: penalty 1
+    scorer = FixedScorer({"Q:1+2": -9.5}, default=-7.0)
+    reward = build_reward(kind, domain, scorer, ["Q:1+2", "Q:9-8"], group_size=4, diversity=term)
+    out = reward(["Q:"] * 8, VALID + INVALID)
+    assert isinstance(reward, HardGateReward | SoftGateReward)
+    assert out[4:] == [reward.floor] * 4
+    assert all(r == reward.valid_minimum > reward.floor for r in out[:4])
+    assert reward.logs[-1].diversity_penalty == 1.0 and reward.logs[-1].clipped_share == 0.5

@@ -57,10 +57,15 @@ def test_azr_from_message() -> None:
     assert reward(msg, "I give up") == 0.0
 
 
-def test_swe_names_what_to_use_instead() -> None:
-    msg = {"domain": "swe", "grading": {"repo": "minicalc", "patch": ""}}
-    with pytest.raises(GradingUnavailable, match=r"python -m curriculum\.domains\.swe fetch"):
-        grade(msg, "```diff\n```")
+def test_swe_without_the_repository_names_the_fetch(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PROPEL_SWE_CACHE", str(tmp_path / "empty-cache"))
+    grading = {"repo": "parse", "label": "parse==1.20.2", "hash": "ab" * 32, "patch": "",
+               "fail_to_pass": ["t::a"], "pass_to_pass": ["t::b"]}
+    with pytest.raises(GradingUnavailable, match=r"task 7: repository parse==1\.20\.2 .*not in the local SWE "
+                       r"cache: fetch it with `propel swe fetch --only parse`"):
+        grade({"id": 7, "domain": "swe", "grading": grading}, "```diff\n```")
+    with pytest.raises(GradingUnavailable, match="lacks label, hash, fail_to_pass, pass_to_pass"):
+        grade({"domain": "swe", "grading": {"repo": "minicalc", "patch": ""}}, "```diff\n```")
 
 
 def test_unknown_domain_names_the_known_ones() -> None:

@@ -3,6 +3,7 @@ with reasons, issue text, synthetic solver trials, real grading, the SWE band.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,30 @@ def test_task_payload_is_json_serialisable(domain: SweDomain) -> None:
     task = domain.check(domain.parse(SPEC).task).task  # type: ignore[arg-type]
     assert isinstance(json.loads(json.dumps(task.payload)), dict)
     assert Task("swe", task.text).content_hash == task.content_hash
+
+
+def test_message_grading_on_the_local_cache(domain: SweDomain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """An emitted message grades a fix with the SDK and `propel swe grade --message`, from the cache alone."""
+    from propel_sdk.grading import GradingUnavailable, grade
+    from testkit.messages import frontier_message
+
+    task = domain.check(domain.parse(SPEC).task).task  # type: ignore[arg-type]
+    msg = frontier_message(domain, task)
+    assert msg["grading"]["grading_command"] == "propel swe grade --message task.json --fix fix.diff"
+    monkeypatch.setenv("PROPEL_SWE_CACHE", str(domain.cache.root))
+    monkeypatch.setenv("PROPEL_SWE_REGISTRY", str(domain_registry(domain)[0]))
+    fix = f"```diff\n{task.payload['reference_fix']}```"
+    assert grade(msg, fix) is True and grade(msg, "") is False and grade(msg, "no idea") is False
+    (tmp_path / "task.json").write_text(json.dumps(msg))
+    (tmp_path / "fix.diff").write_text(task.payload["reference_fix"])
+    (tmp_path / "empty.diff").write_text("")
+    assert main(["grade", "--message", str(tmp_path / "task.json"), "--fix", str(tmp_path / "fix.diff")]) == 0
+    assert main(["grade", "--message", str(tmp_path / "task.json"), "--fix", str(tmp_path / "empty.diff")]) == 1
+    assert capsys.readouterr().out.split() == ["solved", "not", "solved"]
+    monkeypatch.delenv("PROPEL_SWE_REGISTRY")
+    with pytest.raises(GradingUnavailable, match="'minicalc' is not in the SWE registry: pass its registry file"):
+        grade(msg, fix)
+    monkeypatch.setenv("PROPEL_SWE_CACHE", str(tmp_path / "empty"))
+    assert main(["grade", "--message", str(tmp_path / "task.json"), "--fix", str(tmp_path / "fix.diff")]) == 2
+    assert "not in the local SWE cache: fetch it with `propel swe fetch --only minicalc`" in capsys.readouterr().err

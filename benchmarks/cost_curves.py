@@ -1,0 +1,189 @@
+"""Utility against solver cost, PROPEL vs solver-in-the-loop RL, out to 300 RL steps (issue #22 item 4).
+
+The toy table stops at 60 GRPO steps, before PROPEL's one-time cost (the labelled corpus that trains
+its probe) can amortize. Here each arm trains on the daemon's engine (the toy table's
+:func:`benchmarks.toy_propel.open_row`: a run store, the daemon's ``build_engine``) in chunks of
+``chunk`` steps to ``steps``, and after every chunk the policy's utility (share of all generations
+in band, k = 8 synthetic-solver attempts on a fresh sample — outside every budget) is measured.
+
+Arms: ``PROPEL`` (hard-gate reward on one MLP probe; cost = the corpus's offline trials, paid once)
+and ``SIL`` (reward = in-band indicator of k live attempts; cost grows with every step). Axes:
+cumulative solver trials, and solver-seconds = trials × trial cost + the generator's RL seconds, for
+each configured trial cost (1 s ≈ a math answer, 600 s ≈ a SWE agent episode), so a reader sees
+where each method wins. The goal (issue #22, reported as measured): at the final horizon PROPEL's lift
+per 1,000 solver trials ≥ 3× SIL's; otherwise the horizon where the lines cross is reported.
+
+    .venv/bin/python -m benchmarks.cost_curves             # 3 seeds × 300 steps (~30-60 min here)
+    .venv/bin/python -m benchmarks.cost_curves --quick     # checks the pipeline in a few minutes
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import torch
+
+from benchmarks import toy_propel as toy
+from benchmarks._common import RESULTS, write_result
+from curriculum.domains.arith import ArithDomain
+from curriculum.rewards import SolverInTheLoopReward
+from curriculum.solvers.base import Sampling
+
+ARMS = ("PROPEL", "SIL")
+log = logging.getLogger("benchmarks.cost_curves")
+
+
+@dataclass(frozen=True)
+class Settings:
+    seeds: int = 3
+    steps: int = 300
+    chunk: int = 30
+    eval_n: int = 256
+    corpus: int = 1536
+    batch: int = 16
+    group: int = 8
+    trial_costs_s: tuple[float, ...] = (1.0, 600.0)
+    bootstrap_steps: int | None = None
+
+    @staticmethod
+    def quick() -> Settings:
+        return Settings(seeds=1, steps=4, chunk=2, eval_n=32, corpus=256, batch=8, group=4, bootstrap_steps=60)
+
+    def toy(self) -> toy.Settings:
+        """The toy table's settings the shared probes and row configs are built from."""
+        return replace(toy.Settings(), seeds=self.seeds, steps=self.steps, corpus=self.corpus, eval_n=self.eval_n,
+                       batch=self.batch, group=self.group, bootstrap_steps=self.bootstrap_steps)
+
+
+def run_arm(shared: toy.Shared, settings: Settings, root: Path, seed: int, arm: str) -> list[dict[str, float]]:
+    """Train ``arm`` chunk by chunk on the daemon's engine; one point (step, trials, RL s, utility) per chunk."""
+    cfg = toy.row_config(shared, settings.toy(), root, f"{arm.lower()}-{seed}", seed, settings.chunk)
+    store, _, engine = toy.open_row(cfg, shared, ["mlp"])
+    sil = SolverInTheLoopReward(ArithDomain(), toy.benchmark_solver(), toy.BAND, settings.group, Sampling(seed=3))
+    if arm == "SIL":  # the baseline's reward is not a product reward: the engine trains on it all the same
+        engine.reward = sil  # type: ignore[assignment]
+    offline = shared.corpus_trials if arm == "PROPEL" else 0
+    points, rl_s, step = [], 0.0, 0
+    try:
+        while step < settings.steps:
+            started = time.perf_counter()
+            engine.rl_chunk(min(settings.chunk, settings.steps - step), toy.never_stop, 1.0)
+            rl_s += time.perf_counter() - started
+            step = engine.trainer.global_step
+            result = toy.evaluate(engine.sample(settings.eval_n, 100 + seed), seed)
+            points.append({"step": float(step), "trials": float(offline + sil.solver_trials), "rl_s": rl_s,
+                           "utility": result.utility})
+            log.info("%s seed %d step %d: utility %.3f, %d solver trials", arm, seed, step, result.utility,
+                     offline + sil.solver_trials)
+    finally:
+        store.dispose()
+    return points
+
+
+def summarise(curves: dict[str, list[list[dict[str, float]]]], base: list[float],
+              trial_costs: tuple[float, ...]) -> dict[str, Any]:
+    """Mean ± std per step, lift per 1,000 trials per horizon, and the goal at the final horizon."""
+    base_mean = float(np.mean(base))
+    out: dict[str, Any] = {"base_utility": base_mean, "arms": {}}
+    for arm, runs in curves.items():
+        util = np.array([[p["utility"] for p in run] for run in runs])
+        trials = np.array([[p["trials"] for p in run] for run in runs]).mean(axis=0)
+        rl_s = np.array([[p["rl_s"] for p in run] for run in runs]).mean(axis=0)
+        lift = util.mean(axis=0) - base_mean
+        out["arms"][arm] = {
+            "step": [p["step"] for p in runs[0]], "utility_mean": util.mean(axis=0).tolist(),
+            "utility_std": (util.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(util.shape[1])).tolist(),
+            "trials": trials.tolist(), "rl_s": rl_s.tolist(),
+            "lift_per_1k_trials": (1000 * lift / np.maximum(trials, 1)).tolist(),
+            "solver_seconds": {str(c): (trials * c + rl_s).tolist() for c in trial_costs}}
+    propel, sil = out["arms"].get("PROPEL"), out["arms"].get("SIL")
+    if propel and sil:
+        # a ratio of lifts means something only where SIL lifts utility at all
+        ratios = [p / s if s > 0 else None for p, s in zip(propel["lift_per_1k_trials"], sil["lift_per_1k_trials"],
+                                                          strict=True)]
+        final = ratios[-1]
+        crossed = [step for step, p, s in zip(propel["step"], propel["lift_per_1k_trials"], sil["lift_per_1k_trials"],
+                                              strict=True) if p > 0 and p >= s]
+        out["goal"] = {"propel_vs_sil_lift_per_trial_final": final, "target": 3.0,
+                       "met": final is not None and final >= 3.0, "ratio_by_step": ratios,
+                       "first_step_propel_per_trial_at_least_sil": crossed[0] if crossed else None,
+                       "note": None if final is not None else "SIL shows no lift at the final horizon"}
+    return out
+
+
+def plot(summary: dict[str, Any], trial_costs: tuple[float, ...], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 1 + len(trial_costs), figsize=(4.2 * (1 + len(trial_costs)), 3.4))
+    for arm, entry in summary["arms"].items():
+        mean, std = np.array(entry["utility_mean"]), np.array(entry["utility_std"])
+        xs = [np.array(entry["trials"])] + [np.array(entry["solver_seconds"][str(c)]) for c in trial_costs]
+        for ax, x in zip(axes, xs, strict=True):
+            x = np.maximum(x, 1.0)  # log axis
+            ax.plot(x, mean, marker="o", ms=3, label=arm)
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+    titles = ["cumulative solver trials"] + [f"solver-seconds (trial = {c:g} s) + RL s" for c in trial_costs]
+    for ax, title in zip(axes, titles, strict=True):
+        ax.axhline(summary["base_utility"], color="gray", ls="--", lw=1, label="base")
+        ax.set_xscale("log")
+        ax.set_xlabel(title, fontsize=8)
+        ax.set_ylabel("utility (in-band share)", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle("PROPEL vs SIL: utility against solver cost (arith, SYNTHETIC solver, mean ± std over seeds)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    shared = toy.build_shared(settings.toy(), data_dir)
+    curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in ARMS}
+    base: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="cost_curves_") as tmp:
+        for seed in range(settings.seeds):
+            base.append(float(toy.run_base(shared, settings.toy(), seed)["utility"]))
+            for arm in ARMS:
+                curves[arm].append(run_arm(shared, settings, Path(tmp), seed, arm))
+            click.echo(f"seed {seed} done at {time.perf_counter() - started:.0f}s")
+    summary = summarise(curves, base, settings.trial_costs_s)
+    data = {"settings": asdict(settings), "solver": toy.benchmark_solver().solver_id,
+            "corpus_solver_trials": shared.corpus_trials, "summary": summary, "curves": curves,
+            "base_per_seed": base, "total_wall_s": time.perf_counter() - started}
+    write_result(name, data)
+    plot(summary, settings.trial_costs_s, RESULTS / f"{name}.png")
+    return data
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="tiny settings: checks the pipeline, not the goal")
+@click.option("--seeds", type=int, default=None, help="number of seeds (default 3)")
+@click.option("--steps", type=int, default=None, help="GRPO steps per arm (default 300)")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
+@click.option("--name", default="cost_curves", show_default=True, help="result file name under benchmarks/results")
+def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str) -> None:
+    """Utility vs solver trials and solver-seconds, PROPEL vs SIL, on the daemon's engine."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    settings = Settings.quick() if quick else Settings()
+    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
+    settings = replace(settings, **overrides)
+    goal = run(settings, data_dir, name)["summary"].get("goal", {})
+    click.echo(f"PROPEL/SIL lift per solver trial at step {settings.steps}: "
+               f"{goal.get('propel_vs_sil_lift_per_trial_final')} (goal ≥ 3; {goal.get('note') or 'measured'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The first probe's corpus: base-policy tasks labelled offline by the solver, and its registration.
+
+One definition shared by the daemon (:class:`daemon.service.engine.PropelEngine` trains a run's first
+primary probes with it) and the toy benchmark (``benchmarks/toy_propel.py`` builds its probes with
+it, then runs the daemon's engine and driver on them): validate the generator's completions and drop
+duplicates (:func:`distinct_valid_tasks`: one task labelled once), run ``band.k`` solver attempts per task
+(:func:`curriculum.spotcheck.label_tasks`: offline solver trials), keep the tasks whose label is
+usable (enough valid trials), and refuse a corpus with one class only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from curriculum.artifacts import ArtifactStore
+from curriculum.domains.base import Domain, Task
+from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.spotcheck import LabelValue, label_tasks
+from curriculum.store import repo
+from curriculum.store.db import Store
+from probes import Probe, save_probe
+from probes.band import Band
+
+
+class OneClassCorpus(RuntimeError):
+    """The labelled corpus holds in-band tasks only or none: a probe needs both classes."""
+
+
+@dataclass(frozen=True)
+class LabelledCorpus:
+    """Usable labelled tasks: ``texts`` are their reference texts (what the probe reads)."""
+
+    tasks: list[Task]
+    texts: list[str]
+    labels: list[LabelValue]
+    solver_trials: int  # every attempt spent, unusable labels included
+
+    @property
+    def y(self) -> np.ndarray:
+        return np.array([int(bool(lab.in_band)) for lab in self.labels], dtype=int)
+
+    @property
+    def positives(self) -> list[str]:
+        return [t for t, lab in zip(self.texts, self.labels, strict=True) if lab.in_band]
+
+
+def distinct_valid_tasks(domain: Domain, completions: Sequence[str]) -> list[Task]:
+    """The valid tasks among generator ``completions``, each once (first occurrence order)."""
+    checks = [v for v in domain.validate_batch(list(completions)) if v.valid]
+    return list({v.task.content_hash: v.task for v in checks}.values())
+
+
+def label_corpus(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band, sampling: Sampling,
+                 progress: Callable[[int], None] | None = None) -> LabelledCorpus:
+    """Label ``tasks`` (``band.k`` attempts each) and keep the usable labels; raises
+    :class:`OneClassCorpus` when one class is missing. ``progress(n)`` after each solver chunk."""
+    labels = label_tasks(domain, solver, tasks, band, sampling, progress=progress)
+    keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
+    pos = sum(1 for i in keep if labels[i].in_band)
+    if pos == 0 or pos == len(keep):
+        raise OneClassCorpus(f"the offline probe set has {pos} in-band tasks of {len(keep)}: both classes are "
+                             "needed; change spotcheck.band_lo/band_hi or probes.train_samples")
+    return LabelledCorpus([tasks[i] for i in keep], [domain.reference_text(tasks[i]) for i in keep],
+                          [labels[i] for i in keep], len(tasks) * band.k)
+
+
+def register_primaries(store: Store, run_id: int, artifacts: ArtifactStore, probes: Sequence[Probe], folder: Path,
+                       reference_fingerprint: str) -> list[int]:
+    """Save each probe under ``folder/<name>``, put it in the artifact store, register it as a
+    primary of the run and make exactly these the run's active probes. Returns their ids."""
+    ids = []
+    for probe in probes:
+        uri = artifacts.put_tree(save_probe(probe, folder / probe.name))
+        with store.session() as s:
+            ids.append(repo.register_probe(s, probe.name, "primary", uri, reference_fingerprint,
+                                           {"metrics": probe.metrics, "training": probe.training}, run_id=run_id))
+    with store.session() as s:
+        repo.set_active_probes(s, ids, run_id)
+    return ids
