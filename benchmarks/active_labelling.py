@@ -2,7 +2,7 @@
 
 Per generator bootstrap (:func:`curriculum.bootstrap.bootstrap` with ``BootstrapSettings(seed=b)``):
 sample base-policy tasks, keep the valid distinct ones, label each with ``k = 8`` attempts of the
-synthetic solver (:class:`~curriculum.solvers.synthetic.SyntheticArithSolver`, a BENCHMARK INSTRUMENT:
+synthetic solver (``benchmarks.toy_propel.benchmark_solver``, a BENCHMARK INSTRUMENT:
 success is logistic in task complexity), read frozen-reference features
 (``FeatureSpec(layer=-1, pooling="mean_full")``, the reference is the bootstrapped generator), and set a
 fixed held-out labelled set aside. The rest is the pool. The labels are computed once; an arm "spends"
@@ -41,19 +41,19 @@ import numpy as np
 import torch
 
 from benchmarks._common import RESULTS, write_result
+from benchmarks.toy_propel import BAND, benchmark_solver
+from benchmarks.toy_propel import SPEC_A as SPEC
 from curriculum.active_labelling import head_fitter, label_actively
 from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.domains.arith import ArithDomain
+from curriculum.first_probe import distinct_valid_tasks
 from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
-from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.spotcheck import LabelValue, label_tasks
-from probes import FeatureExtractor, FeatureSpec, FrozenReference, TrainConfig, evaluate
+from probes import FeatureExtractor, FrozenReference, TrainConfig, evaluate
 from probes.band import Band
 from probes.fit import fit_head
 
-SPEC = FeatureSpec(layer=-1, pooling="mean_full")
-BAND = Band(k=8, lo=1, hi=3, min_valid_trials=6)
 ARMS = ("uniform", "active")
 #: The issue's goal: active reaches the uniform corpus's full-budget balanced accuracy with ≤ 40 % of its trials.
 GOAL_TRIAL_SHARE = 0.4
@@ -91,10 +91,6 @@ class Data:
     bayes: dict[str, float]
 
 
-def _solver() -> SyntheticArithSolver:
-    return SyntheticArithSolver(slope=1.0, offset=6.0, seed=0)
-
-
 def in_band_probability(p: float, band: Band) -> float:
     """P(the solve count of ``band.k`` attempts at success rate ``p`` lands in the band)."""
     return sum(math.comb(band.k, j) * p**j * (1 - p) ** (band.k - j)
@@ -108,9 +104,9 @@ def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable
     model, tok = load_bootstrapped(boot.path)
     domain = ArithDomain()
     texts = sample_completions(model, tok, domain.generator_prompts(settings.samples, boot_seed), seed=boot_seed)
-    tasks = list({v.task.content_hash: v.task for v in domain.validate_batch(texts) if v.valid}.values())
+    tasks = distinct_valid_tasks(domain, texts)
     tasks = [tasks[i] for i in np.random.default_rng(12345).permutation(len(tasks))]
-    labels = label_tasks(domain, _solver(), tasks, BAND, Sampling(seed=1))
+    labels = label_tasks(domain, benchmark_solver(), tasks, BAND, Sampling(seed=1))
     x = FeatureExtractor(FrozenReference.load(str(boot.path))).extract(
         [domain.reference_text(t) for t in tasks], [SPEC])[SPEC]
     usable = [i for i, lab in enumerate(labels) if lab.in_band is not None]
@@ -119,7 +115,7 @@ def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable
     if len(pool) < max(settings.budgets):
         raise ValueError(f"pool of {len(pool)} tasks < largest budget {max(settings.budgets)}: raise --samples")
     y_held = np.array([int(bool(labels[i].in_band)) for i in held])
-    solver = _solver()
+    solver = benchmark_solver()
     p_in = np.array([in_band_probability(solver.success_probability(tasks[i].text), BAND) for i in held])
     bayes = evaluate(y_held, p_in, threshold=float(y_held.mean())).to_dict()  # BA-optimal cut: the prevalence
     say(f"bootstrap {boot_seed}: validity {boot.validity:.1%}, {len(tasks)} distinct valid tasks of "
@@ -283,7 +279,7 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
                 f"{arm} " + " ".join(f"{c['balanced_accuracy']:.3f}" for c in arms[arm]) for arm in ARMS))
     table = aggregate(runs, settings)
     bayes_ba = float(np.mean([d["bayes"]["balanced_accuracy"] for d in datasets]))
-    meta = {"settings": asdict(settings), "solver": _solver().solver_id, "solver_is_synthetic": True,
+    meta = {"settings": asdict(settings), "solver": benchmark_solver().solver_id, "solver_is_synthetic": True,
             "band": asdict(BAND), "feature": SPEC.name, "datasets": datasets, "bayes_ceiling_ba": bayes_ba,
             "total_wall_s": time.perf_counter() - started}
     meta["goals"] = goals(table, runs, settings)
