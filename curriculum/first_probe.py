@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from curriculum.active_labelling import head_fitter, label_actively
 from curriculum.artifacts import ArtifactStore
 from curriculum.domains.base import Domain, Task
 from curriculum.solvers.base import Sampling, SolverBackend
@@ -60,12 +61,45 @@ def label_corpus(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], b
     :class:`OneClassCorpus` when one class is missing. ``progress(n)`` after each solver chunk."""
     labels = label_tasks(domain, solver, tasks, band, sampling, progress=progress)
     keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
-    pos = sum(1 for i in keep if labels[i].in_band)
-    if pos == 0 or pos == len(keep):
-        raise OneClassCorpus(f"the offline probe set has {pos} in-band tasks of {len(keep)}: both classes are "
+    return _corpus(domain, [tasks[i] for i in keep], [labels[i] for i in keep], len(tasks) * band.k)
+
+
+def label_corpus_actively(domain: Domain, solver: SolverBackend, pool: Sequence[Task], features: np.ndarray,
+                          band: Band, sampling: Sampling, settings: ActiveSettings,
+                          say: Callable[[str], None] | None = None) -> tuple[LabelledCorpus, np.ndarray]:
+    """Label ``settings.budget`` tasks of ``pool`` chosen by :func:`curriculum.active_labelling.label_actively`
+    (a random seed set, then the tasks the probe ensemble is least sure of); ``features`` are the pool's
+    probe features, row for row. Returns the corpus and its feature rows."""
+    def label(indices: list[int]) -> list[LabelValue]:
+        return label_tasks(domain, solver, [pool[i] for i in indices], band, sampling)
+
+    result = label_actively(features, label, budget=settings.budget, seed_share=settings.seed_share,
+                            rounds=settings.rounds, members=settings.members, fit=head_fitter(settings.arch),
+                            seed=settings.seed, progress=say)
+    rows = [n for n, lab in enumerate(result.labels) if lab.in_band is not None]
+    idx = [result.indices[n] for n in rows]
+    corpus = _corpus(domain, [pool[i] for i in idx], [result.labels[n] for n in rows], len(result.indices) * band.k)
+    return corpus, features[np.array(idx, dtype=int)]
+
+
+@dataclass(frozen=True)
+class ActiveSettings:
+    """``probes.corpus_labelling = "active"``: tasks to label, seed share, rounds, ensemble members."""
+
+    budget: int
+    seed_share: float = 0.5
+    rounds: int = 4
+    members: int = 3
+    arch: str = "mlp"
+    seed: int = 0
+
+
+def _corpus(domain: Domain, tasks: list[Task], labels: list[LabelValue], trials: int) -> LabelledCorpus:
+    pos = sum(1 for lab in labels if lab.in_band)
+    if pos == 0 or pos == len(labels):
+        raise OneClassCorpus(f"the offline probe set has {pos} in-band tasks of {len(labels)}: both classes are "
                              "needed; change spotcheck.band_lo/band_hi or probes.train_samples")
-    return LabelledCorpus([tasks[i] for i in keep], [domain.reference_text(tasks[i]) for i in keep],
-                          [labels[i] for i in keep], len(tasks) * band.k)
+    return LabelledCorpus(tasks, [domain.reference_text(t) for t in tasks], labels, trials)
 
 
 def register_primaries(store: Store, run_id: int, artifacts: ArtifactStore, probes: Sequence[Probe], folder: Path,

@@ -129,6 +129,15 @@ class ProbesConfig(_Section):
     members: int = Field(default=1, ge=1, le=16)
     train_samples: int = Field(default=512, ge=16, description="base-policy tasks labelled offline to train "
                                "the first probe(s) of a fresh run")
+    corpus_labelling: Literal["uniform", "active"] = Field(
+        default="uniform", description="which base-policy tasks the first probe's offline trials go to: a uniform "
+        "sample, or active rounds on the tasks a small probe ensemble is least sure of (docs/PROBES.md)")
+    active_pool_factor: float = Field(default=4.0, ge=1, description="active: the candidate pool is this many "
+                                      "times train_samples base-policy samples (only reference passes spent on them)")
+    active_seed_share: float = Field(default=0.5, gt=0, le=1, description="active: share of the budget labelled "
+                                     "uniformly first")
+    active_rounds: int = Field(default=4, ge=1, description="active: rounds after the seed set")
+    active_members: int = Field(default=3, ge=1, le=16, description="active: ensemble members that judge certainty")
     frontier_threshold: float = Field(
         default=0.5, gt=0, lt=1, description="probability above which a task is probe-high")
     ece_ceiling: float = Field(default=0.15, gt=0, le=1, description="`propel probes sweep` selects among "

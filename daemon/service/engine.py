@@ -18,7 +18,14 @@ import numpy as np
 
 from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Validity, get_domain
-from curriculum.first_probe import LabelledCorpus, distinct_valid_tasks, label_corpus, register_primaries
+from curriculum.first_probe import (
+    ActiveSettings,
+    LabelledCorpus,
+    distinct_valid_tasks,
+    label_corpus,
+    label_corpus_actively,
+    register_primaries,
+)
 from curriculum.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
@@ -137,10 +144,11 @@ class PropelEngine:
         with self.store.session() as s:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
-        corpus = self._offline_labels(self.cfg.probes.train_samples)
-        extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
-        with ProgressReporter("probe features", len(corpus.texts), unit="texts") as bar:
-            x = extractor.extract(corpus.texts, [self.spec], bar.advance)[self.spec]
+        if self.cfg.probes.corpus_labelling == "active":
+            corpus, x = self._active_labels(self.cfg.probes.train_samples)
+        else:
+            corpus = self._offline_labels(self.cfg.probes.train_samples)
+            x = self._features(corpus.texts)
         y = corpus.y
         training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials}
         probes = [self._fit(x, y, f"{self.cfg.run_name}-primary-{member}", seed=self.cfg.seed + member,
@@ -156,6 +164,25 @@ class PropelEngine:
                  "to train the first probe (offline solver trials)…")
         with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
             return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
+
+    def _active_labels(self, n: int) -> tuple[LabelledCorpus, np.ndarray]:
+        """``n`` tasks labelled in active rounds from a pool of ``active_pool_factor × n`` base-policy samples."""
+        p = self.cfg.probes
+        solver = build_configured_solver(self.cfg)
+        pool = distinct_valid_tasks(self.domain, self.trainer.sample(int(p.active_pool_factor * n),
+                                                                     seed=self.cfg.seed + 1))
+        self.say(f"active labelling: {n} of {len(pool)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
+                 f"({p.active_rounds} rounds after a {p.active_seed_share:.0%} seed set) for the first probe…")
+        x = self._features([self.domain.reference_text(t) for t in pool])
+        settings = ActiveSettings(budget=n, seed_share=p.active_seed_share, rounds=p.active_rounds,
+                                  members=p.active_members, arch=p.architecture, seed=self.cfg.seed)
+        return label_corpus_actively(self.domain, solver, pool, x, self.band, sampling(self.cfg), settings, self.say)
+
+    def _features(self, texts: list[str]) -> np.ndarray:
+        extractor = FeatureExtractor(self.reference, ExtractionConfig(batch_size=self.cfg.reference.batch_size))
+        with ProgressReporter("probe features", len(texts), unit="texts") as bar:
+            out: np.ndarray = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
+        return out
 
     def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
         return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,
