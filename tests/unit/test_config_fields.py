@@ -71,7 +71,8 @@ READ_IN_SERVICE = {
     "data_dir", "run_name", "domain.name", "domain.options", "generator.model", "generator.bootstrap_steps",
     "reference.model", "probes.layer", "probes.pooling", "probes.ensemble", "probes.members", "probes.train_samples",
     "probes.corpus_labelling", "probes.active_pool_factor", "probes.active_seed_share", "probes.active_rounds",
-    "probes.active_members", "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host", "api.port", "daemon.tick_interval_s",
+    "probes.active_members", "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host",
+    "api.port", "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
     "store.url",
 }

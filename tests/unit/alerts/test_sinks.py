@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +13,7 @@ from daemon.ops.alerts.rules import DEFAULT_RULES
 from daemon.ops.alerts.sinks import LogSink, PrometheusSink, WebhookSink
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_gauges, export_totals, render
 from testkit.servers import free_port, scripted_server
+from testkit.waiting import eventually
 
 
 def _fire_event(cycle: int = 3) -> AlertEvent:
@@ -23,10 +23,7 @@ def _fire_event(cycle: int = 3) -> AlertEvent:
 
 
 def _wait_for(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+    assert eventually(pred, timeout_s), "condition not reached in time"
 
 
 def test_webhook_receiver_gets_the_alert_json() -> None:

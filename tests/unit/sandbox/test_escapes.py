@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
 from curriculum.sandbox.base import Sandbox
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
+from testkit.waiting import eventually
 
 BWRAP_OK, BWRAP_REASON = bwrap_probe()
 IS_ROOT = os.geteuid() == 0
@@ -79,10 +79,7 @@ def test_fork_bomb_is_contained(backend: str) -> None:
     assert "blocked" in result.stdout, result.log_view()
     assert int(result.stdout.split()[1]) < FAST.max_procs
     if IS_ROOT:  # every forked child was killed with the sandbox
-        deadline = time.monotonic() + 3
-        while sandbox_processes() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert sandbox_processes() == 0
+        assert eventually(lambda: sandbox_processes() == 0, timeout_s=3, interval_s=0.05)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, ProgramResult, RlimitSandbox
 from curriculum.sandbox.batch import compare_runs
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
+from testkit.waiting import eventually
 from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -204,11 +204,8 @@ def _nothing_leaks() -> Iterator[None]:
     yield
     if not IS_ROOT:
         return
-    deadline = time.monotonic() + 3
+    eventually(lambda: not _sandbox_leftovers()[0], timeout_s=3, interval_s=0.05)
     alive, files = _sandbox_leftovers()
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive, files = _sandbox_leftovers()
     assert alive == [], f"sandbox processes outlived the run: {alive}"
     assert files == [], f"sandbox files left behind: {files}"
     assert not (PROJECT / "hostile-was-here").exists()
