@@ -167,7 +167,7 @@ def write_readme_section(section: str, name: str = "toy_propel") -> Path:
     start = text.find(f"## {name}\n")
     if start >= 0:
         end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+        text = text[:start] + section + ("\n" + text[end + 1:] if end >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
