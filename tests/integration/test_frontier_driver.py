@@ -71,8 +71,10 @@ def test_announced_version_is_remeasured_within_budget_and_drift_is_scored(store
     assert scores and scores[-1] == pytest.approx(m.score)
     with store.session() as s:  # the drift above frontier.refresh_drift_threshold started a primary refresh
         refreshes = s.execute(select(RetrainJob.state, RetrainJob.reason, RetrainJob.result).where(
-            RetrainJob.name.like("drv-primary-r%"))).all()
-    assert len(refreshes) == 1 and refreshes[0].state in ("done", "skipped"), refreshes
+            RetrainJob.name.like("drv-primary-r%")).order_by(RetrainJob.id)).all()
+    assert refreshes and all(r.state in ("done", "skipped") for r in refreshes), refreshes
+    # one drift trigger: a refresh skipped for want of data is tried again as labels arrive, none after a done one
+    assert all(r.state == "skipped" for r in refreshes[:-1]), refreshes
     ctx = ApiContext(store=store, run_name="drv", registry=metrics_out.registry)
     with serve_app(create_app(ctx)) as url:  # the operator's view: /v1/status and a real /metrics scrape
         status = httpx.get(f"{url}/v1/status").json()
