@@ -165,18 +165,20 @@ def plot(summary: dict[str, Any], trial_costs: tuple[float, ...], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 1 + len(trial_costs), figsize=(4.2 * (1 + len(trial_costs)), 3.4))
+    fig, axes = plt.subplots(1, 2 + len(trial_costs), figsize=(4.2 * (2 + len(trial_costs)), 3.4))
     for arm, entry in summary["arms"].items():
         mean, std = np.array(entry["utility_mean"]), np.array(entry["utility_std"])
-        xs = [np.array(entry["trials"])] + [np.array(entry["solver_seconds"][str(c)]) for c in trial_costs]
+        xs = [np.array(entry["step"]), np.array(entry["trials"])]
+        xs += [np.array(entry["solver_seconds"][str(c)]) for c in trial_costs]
         for ax, x in zip(axes, xs, strict=True):
-            x = np.maximum(x, 1.0)  # log axis
             ax.plot(x, mean, marker="o", ms=3, label=arm)
             ax.fill_between(x, mean - std, mean + std, alpha=0.2)
-    titles = ["cumulative solver trials"] + [f"solver-seconds (trial = {c:g} s) + RL s" for c in trial_costs]
-    for ax, title in zip(axes, titles, strict=True):
+    titles = ["GRPO step", "cumulative solver trials"]
+    titles += [f"solver-seconds (trial = {c:g} s) + RL s" for c in trial_costs]
+    for i, (ax, title) in enumerate(zip(axes, titles, strict=True)):
         ax.axhline(summary["base_utility"], color="gray", ls="--", lw=1, label="base")
-        ax.set_xscale("log")
+        if i > 0:
+            ax.set_xscale("log")
         ax.set_xlabel(title, fontsize=8)
         ax.set_ylabel("utility (in-band share)", fontsize=8)
         ax.legend(fontsize=7)
