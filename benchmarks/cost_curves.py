@@ -35,9 +35,6 @@ from sqlalchemy import func, select
 
 from benchmarks import toy_propel as toy
 from benchmarks._common import RESULTS, write_result
-from curriculum.domains.arith import ArithDomain
-from curriculum.rewards import SolverInTheLoopReward
-from curriculum.solvers.base import Sampling
 from curriculum.store.models import SolverTrial
 from daemon.loop.progress import Progress
 from daemon.ops.metrics import build_metrics
@@ -103,9 +100,9 @@ def run_arm(shared: toy.Shared, settings: Settings, root: Path, seed: int, arm: 
         return run_daemon(shared, settings, root, seed)
     cfg = toy.row_config(shared, settings.toy(), root, f"{arm.lower()}-{seed}", seed, settings.chunk)
     store, _, engine = toy.open_row(cfg, shared, ["mlp"])
-    sil = SolverInTheLoopReward(ArithDomain(), toy.benchmark_solver(), toy.BAND, settings.group, Sampling(seed=3))
-    if arm == "SIL":  # the baseline's reward is not a product reward: the engine trains on it all the same
-        engine.reward = sil  # type: ignore[assignment]
+    sil = toy.sil_reward(settings.group)
+    if arm == "SIL":
+        toy.train_on(engine, sil)
     offline = shared.corpus_trials if arm == "PROPEL" else 0
     points, rl_s, step = [], 0.0, 0
     try:

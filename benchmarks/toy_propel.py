@@ -175,6 +175,16 @@ def open_row(cfg: PropelConfig, shared: Shared, members: list[str]) -> tuple[Sto
     return store, run_id, build_engine(cfg, store, run_id, say=log.debug)
 
 
+def sil_reward(group: int) -> SolverInTheLoopReward:
+    """The solver-in-the-loop baseline's reward: k live attempts of the benchmark solver per completion."""
+    return SolverInTheLoopReward(ArithDomain(), benchmark_solver(), BAND, group, Sampling(seed=3))
+
+
+def train_on(engine: PropelEngine, reward: SolverInTheLoopReward) -> None:
+    """Make the engine's GRPO chunks train on ``reward`` (a baseline's reward, not a product reward)."""
+    engine.reward = reward  # type: ignore[assignment]
+
+
 def evaluate(sample: list[str], seed: int) -> EvaluationResult:
     return evaluate_texts(sample, ArithDomain(), benchmark_solver(), BAND, Sampling(seed=1000 + seed))
 
@@ -246,9 +256,9 @@ def run_plain(shared: Shared, settings: Settings, root: Path, seed: int, row: st
     started = time.perf_counter()
     cfg = row_config(shared, settings, root, f"{row.lower()}-{seed}", seed, settings.steps)
     store, _, engine = open_row(cfg, shared, ["mlp"] if row == "SIL" else ["mlp", "mlp_b"])
-    sil = SolverInTheLoopReward(ArithDomain(), benchmark_solver(), BAND, settings.group, Sampling(seed=3))
-    if row == "SIL":  # the baseline's reward is not a product reward: the engine trains on it all the same
-        engine.reward = sil  # type: ignore[assignment]
+    sil = sil_reward(settings.group)
+    if row == "SIL":
+        train_on(engine, sil)
     engine.rl_chunk(settings.steps, never_stop, 1.0)
     store.dispose()
     online = sil.solver_trials if row == "SIL" else 0
