@@ -12,6 +12,14 @@ read exactly as a primary refresh reads them (:func:`curriculum.refresh.load_ref
 fitted on them (:func:`probes.fit.fit_probe`, the refresh's fit) and scored on a held-out set labelled
 by the *current* version: balanced accuracy and ECE. Mean over versions ≥ 2, seeds and paces.
 
+The labels come from both of the daemon's sources, as in a run with a trainer downstream: a
+``trainer_share`` of each version's batch is acked by the trainer (its ``solved`` of ``n`` attempts,
+with infrastructure ``errors`` excluded: :func:`curriculum.frontier_labels.record_trainer_outcomes`, what
+the ack endpoint writes), the rest spot-checked; and after every announce the driver's own
+:class:`daemon.loop.frontier.FrontierTracker` opens a drift measurement and re-measures its stratified
+sample of older labelled tasks on the new version (its share of the spot-check budget), so re-measured
+tasks carry labels of several versions exactly as in the daemon.
+
     .venv/bin/python -m benchmarks.staleness            # ~5-15 min on 2 shared cores
     .venv/bin/python -m benchmarks.staleness --quick
 """
@@ -31,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks._common import RESULTS, write_result
-from curriculum import solver_versions
+from curriculum import frontier_labels, solver_versions
 from curriculum.bootstrap import bootstrap
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.domains.base import Task
@@ -42,6 +50,9 @@ from curriculum.spotcheck import harvest_labels, label_tasks, run_spotcheck
 from curriculum.staleness import StalenessPolicy
 from curriculum.store import repo
 from curriculum.store.db import Store
+from daemon.config import FrontierConfig
+from daemon.loop.frontier import FrontierSettings, FrontierTracker
+from daemon.loop.state import DriverState
 from migrations import upgrade
 from probes import FeatureExtractor, FeatureSpec, FrozenReference, TrainConfig
 from probes.band import Band
@@ -68,6 +79,8 @@ class Settings:
     batch: int = 64
     held_out: int = 400
     start_skill: float = 4.0
+    trainer_share: float = 0.5
+    trainer_error_rate: float = 0.1
     bootstrap_steps: int | None = None
 
     @staticmethod
@@ -101,15 +114,23 @@ def scenario(settings: Settings, pace: float, seed: int, features: dict[str, np.
         ids = repo.add_tasks(s, run_id, [repo.NewTask("arith", t.content_hash, t.text, True, t.payload, cycle=0)
                                          for t in fresh])
     solver, rows = SyntheticArithSolver(seed=seed), []
+    tracker = FrontierTracker(store, run_id, solver.solver_id, FrontierSettings(), BAND, seed=seed)
+    state, rng = DriverState.model_validate({}), np.random.default_rng(seed)
+    n_acked = round(settings.batch * settings.trainer_share)
     for v in range(1, settings.versions + 1):
         version = f"step-{v}"
         solver.set_skill(settings.start_skill + pace * (v - 1))
         with store.session() as s:
             solver_versions.register(s, solver.solver_id, version)
-        batch = ids[(v - 1) * settings.batch: v * settings.batch]
+        start = (v - 1) * settings.batch
+        batch = ids[start + n_acked: start + settings.batch]
         sid = solver_versions.qualified_id(solver.solver_id, version)
-        run_spotcheck(store, domain, solver, batch, BAND.k, Sampling(), solver_id=sid)
-        harvest_labels(store, batch, sid, BAND)
+        drifted = tracker.plan_drift(v, state, settings.batch)  # opens a measurement on a new version
+        run_spotcheck(store, domain, solver, batch + drifted, BAND.k, Sampling(), solver_id=sid)
+        harvest_labels(store, batch + drifted, sid, BAND)
+        trainer_acks(store, solver, version, list(zip(ids[start:start + n_acked], fresh[start:start + n_acked],
+                                                      strict=True)), settings.trainer_error_rate, rng)
+        tracker.observe_drift(v)
         if v < 2:
             continue
         truth = label_tasks(domain, solver, held, BAND, Sampling(seed=10_000 + v))
@@ -122,6 +143,24 @@ def scenario(settings: Settings, pace: float, seed: int, features: dict[str, np.
                                         x_held, y_held, seed)})
     store.dispose()
     return rows
+
+
+def trainer_acks(store: Store, solver: SyntheticArithSolver, version: str, tasks: list[tuple[int, Task]],
+                 error_rate: float, rng: np.random.Generator) -> None:
+    """The trainer's outcomes for ``tasks``: ``BAND.k`` attempts each by the current version, each lost to
+    an infrastructure error with probability ``error_rate`` (excluded from the count), acked as labels."""
+    if not tasks:
+        return
+    sampling = Sampling(seed=int(rng.integers(1 << 30)))
+    attempts = label_tasks(ArithDomain(), solver, [t for _, t in tasks], BAND, sampling)
+    outcomes = []
+    for (task_id, _), lab in zip(tasks, attempts, strict=True):
+        errors = int(rng.binomial(BAND.k, error_rate))
+        solved = int(rng.hypergeometric(lab.solved, BAND.k - lab.solved, BAND.k - errors)) if errors < BAND.k else 0
+        outcomes.append(frontier_labels.TrainerOutcome(task_id, solver.solver_id, version, solved, BAND.k, errors,
+                                                       {"temperature": 1.0}))
+    with store.session() as s:
+        frontier_labels.record_trainer_outcomes(s, outcomes, BAND)
 
 
 def score_policy(store: Store, run_id: int, solver: str, policy: StalenessPolicy, features: dict[str, np.ndarray],
@@ -151,7 +190,14 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        "balanced_accuracy_by_pace": per_pace}
     ranked = sorted((n for n in table if table[n]["balanced_accuracy"] is not None),
                     key=lambda n: -table[n]["balanced_accuracy"])
-    return {"policies": table, "best": ranked[0] if ranked else None, "current_default": "keep_last 2"}
+    return {"policies": table, "best": ranked[0] if ranked else None, "current_default": _default_policy()}
+
+
+def _default_policy() -> str:
+    """The config's default staleness policy, in this benchmark's names."""
+    cfg = FrontierConfig()
+    return (f"keep_last {cfg.keep_versions}" if cfg.staleness == "keep_last"
+            else f"half_life {cfg.half_life_versions:g}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
