@@ -31,8 +31,13 @@ process then ends and :class:`curriculum.sandbox.batch.BatchRunner` attributes t
 program that was running. A program can also write its own pipe and so misreport its own outputs;
 it cannot write another program's results.
 
-Program statuses sent to the host: ``ok``, ``error``, ``timeout``, ``killed``, ``output_limit``,
-``tampering``. The last line is ``{"kind": "done", "protections": {...}}``.
+Where the run has a cgroup (:mod:`curriculum.sandbox.cgroup`), the host passes a read-only
+descriptor of its OOM-kill counter (``$PROPEL_OOM_FD``); children raise their ``oom_score_adj`` so
+the kernel's OOM killer picks the candidate, not this process, and an OOM kill while a program ran
+makes that program ``memory``.
+
+Program statuses sent to the host: ``ok``, ``error``, ``timeout``, ``killed``, ``memory``,
+``output_limit``, ``tampering``. The last line is ``{"kind": "done", "protections": {...}}``.
 """
 
 import contextlib
@@ -114,7 +119,9 @@ def _run_tool(argv: list[str]) -> None:
 
 def scrub_writable() -> None:
     """Empty the private temp dir (the cwd when it is $TMPDIR) and remove this uid's entries in the
-    shared temp dirs (only for per-run uids, which own nothing else)."""
+    shared temp dirs (only for per-run uids, which own nothing else). Plain files are unlinked here
+    (no new process: under a full cgroup that is what frees the memory); what remains goes to
+    ``chmod``/``rm``."""
     doomed: list[str] = []
     cwd = os.getcwd()
     if os.environ.get("TMPDIR") == cwd:
@@ -126,9 +133,15 @@ def scrub_writable() -> None:
             for entry in os.scandir(shared):
                 if entry.path != cwd and entry.stat(follow_symlinks=False).st_uid == uid:
                     doomed.append(entry.path)
-    if doomed:  # chmod first: a program may have made its directories unwritable
-        _run_tool(["/usr/bin/chmod", "-R", "u+rwx", "--", *doomed])
-        _run_tool(["/usr/bin/rm", "-rf", "--one-file-system", "--", *doomed])
+    left = []
+    for path in doomed:
+        try:
+            os.unlink(path)
+        except OSError:
+            left.append(path)
+    if left:  # directories, or files made undeletable: chmod first, then rm -rf
+        _run_tool(["/usr/bin/chmod", "-R", "u+rwx", "--", *left])
+        _run_tool(["/usr/bin/rm", "-rf", "--one-file-system", "--", *left])
 
 
 def _child(prog: dict[str, Any], write_fd: int, settings: dict[str, Any]) -> None:
@@ -139,6 +152,9 @@ def _child(prog: dict[str, Any], write_fd: int, settings: dict[str, Any]) -> Non
             os.dup2(null, target)
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, max(write_fd + 2, os.sysconf("SC_OPEN_MAX")))
+        if settings["oom_fd"] is not None:  # under a cgroup limit the OOM killer picks candidates first
+            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("1000")
 
         lines: list[str] = []
 
@@ -238,8 +254,33 @@ def _exit_reason(status: int) -> tuple[str, str]:
     return "error", "the program's process ended without reporting"
 
 
+def oom_kills(fd: int | None) -> int:
+    """The run cgroup's OOM-kill count (``oom_kill N`` in the file behind ``fd``; 0 without one)."""
+    if fd is None:
+        return 0
+    try:
+        text = os.pread(fd, 4096, 0).decode()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("oom_kill "):
+            return int(line.split()[1])
+    return 0
+
+
 def run_isolated(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run one program in its own child; the checked records to forward to the host."""
+    """Run one program in its own child; the checked records to forward to the host. An OOM kill
+    in the run's cgroup while it ran (``settings["oom_fd"]``) makes it ``memory``."""
+    oom_before = oom_kills(settings["oom_fd"])
+    records = _run_child(prog, settings)
+    oom = oom_kills(settings["oom_fd"]) - oom_before
+    if oom > 0:
+        return [{"kind": "program", "id": prog["id"], "status": "memory",
+                 "error": f"memory limit of all processes together exceeded (cgroup): {oom} OOM kill(s)"}]
+    return records
+
+
+def _run_child(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     n = len(prog["inputs"])
     timeout_s = settings["call_timeout_s"]
     allowed_s = timeout_s * (2 * n + 1) + 1.0
@@ -276,6 +317,8 @@ def run_isolated(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[st
 
 
 PAYLOAD_ENV = "PROPEL_PAYLOAD_FILE"
+#: Descriptor of the run cgroup's OOM-kill counter (``curriculum.sandbox.cgroup.OOM_FD_ENV``).
+OOM_FD_ENV = "PROPEL_OOM_FD"
 
 
 def read_payload() -> dict[str, Any]:
@@ -315,7 +358,9 @@ def main() -> None:
     protections = harden()
     gc.collect()
     gc.freeze()  # children do not copy-on-write pages just to scan the parent's objects
-    settings = {"call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
+    oom_fd = os.environ.pop(OOM_FD_ENV, None)
+    settings = {"oom_fd": int(oom_fd) if oom_fd and oom_fd.isdigit() else None,
+                "call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
                 "max_output_chars": int(payload.get("max_output_chars", 1_000_000)),
                 "stop_on_failure": bool(payload.get("stop_on_failure", True))}
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from curriculum.domains.azr import AzrDomain
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, RlimitSandbox
 from curriculum.sandbox.base import Sandbox
+from curriculum.sandbox.cgroup import OOM_FD_ENV
 from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
 
 LIMITS = Limits(cpu_s=5, wall_s=10.0, memory_mb=256, max_procs=8, file_size_mb=8, tmpfs_mb=16)
@@ -45,7 +46,7 @@ STATEFUL_BODIES = (
     "import string\ndef f(x):\n    string.calls = getattr(string, 'calls', 0) + 1\n    return x * string.calls",
     # a process-wide context object changed by the call itself
     "import decimal\ndef f(x):\n    c = decimal.getcontext()\n    c.prec = max(2, c.prec - 3)\n"
-    "    return str(decimal.Decimal(1) / decimal.Decimal(7 + x))",
+    "    return str(decimal.Decimal(1) / decimal.Decimal(100 + x))",
     # first call wins: caches the first input it ever saw
     "import heapq\ndef f(x):\n    if not hasattr(heapq, 'first'):\n        heapq.first = x\n"
     "    return heapq.first * 100 + x",
@@ -263,6 +264,6 @@ def test_rlimit_runs_in_an_empty_private_dir_with_a_cleared_environment(monkeypa
     cwd, listing, env, imported, tree = result.stdout.splitlines()
     assert os.path.basename(cwd).startswith("propel-sbx-") and listing == "[]", result.log_view()
     assert set(ast.literal_eval(env)) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
-                              "PYTHONIOENCODING", "LC_CTYPE"}
+                              "PYTHONIOENCODING", "LC_CTYPE", OOM_FD_ENV}
     assert imported == "no project import" and tree == "False"
     assert not os.path.exists(cwd)  # the private dir is removed with the run
