@@ -127,13 +127,20 @@ FILE_READER = ("def f(x):\n    seen = []\n    for path in ('note', '/tmp/propel-
                "'/dev/shm/note'):\n        try:\n            seen.append(open(path).read())\n"
                "        except OSError:\n            pass\n    return seen\n")
 
+#: ... and then sets the times of every directory it owns back by a day, so that a directory looks
+#: unchanged by its mtime (the fork server lists only directories changed during the candidate).
+FILE_HIDER = FILE_WRITER.replace("    return x\n", "    import os, time\n    for d in ('.', '/tmp', '/var/tmp', "
+                                 "'/dev/shm'):\n        try:\n            os.utime(d, (time.time() - 86400,) * 2)\n"
+                                 "        except OSError:\n            pass\n    return x\n")
 
+
+@pytest.mark.parametrize("writer", [FILE_WRITER, FILE_HIDER], ids=["writes", "writes_and_backdates_the_dirs"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_files_a_program_leaves_are_gone_before_the_next_one(backend: str) -> None:
+def test_files_a_program_leaves_are_gone_before_the_next_one(backend: str, writer: str) -> None:
     if backend == "rlimit" and not IS_ROOT:
         pytest.skip("without a per-run uid the rlimit backend cannot tell its files in /tmp from the user's")
     runner = BatchRunner(make(backend), LIMITS, call_timeout_s=1.0)
-    results = runner.run([Program("writer", FILE_WRITER, ("1",)), Program("reader", FILE_READER, ("1",))])
+    results = runner.run([Program("writer", writer, ("1",)), Program("reader", FILE_READER, ("1",))])
     assert results[0].outputs == ["1"]
     assert results[1].outputs == ["[]"], results[1]
 
