@@ -127,6 +127,35 @@ def test_shared_memory_files_are_stopped_by_the_cgroup_or_get_the_fallback_verdi
         assert hostile.status == "ok" and hostile.outputs == ["40"], hostile
 
 
+#: Leave the run's cgroup (move into its parent) and raise its own memory limit, in every hierarchy.
+ESCAPE_THE_CGROUP = """import os
+def f(x):
+    outcomes = []
+    for line in open('/proc/self/cgroup').read().splitlines():
+        _, controllers, path = line.split(':', 2)
+        if controllers not in ('memory', 'pids', ''):
+            continue
+        own = '/sys/fs/cgroup/' + (controllers + '/' if controllers else 'unified/') + path.lstrip('/')
+        for target, text in ((os.path.dirname(own.rstrip('/')) + '/cgroup.procs', str(os.getpid())),
+                             (own + '/memory.limit_in_bytes', str(1 << 40)), (own + '/memory.max', 'max'),
+                             (own + '/pids.max', 'max')):
+            try:
+                with open(target, 'w') as fh:
+                    fh.write(text)
+                outcomes.append('WROTE ' + target)
+            except OSError as err:
+                outcomes.append(type(err).__name__)
+    return sorted(set(outcomes))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_candidate_cannot_leave_its_cgroup_or_raise_its_limits(backend: str) -> None:
+    hostile = _batch(backend, True, Program("hostile", ESCAPE_THE_CGROUP, ("1",)))[1]
+    assert hostile.status == "ok" and hostile.calls[0].status == "ok", hostile
+    assert "WROTE" not in str(hostile.outputs[0]), hostile
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_memfd_is_denied_before_any_cgroup_is_needed(backend: str) -> None:
     code = "import os\ndef f(x):\n    fd = os.memfd_create('m')\n    os.write(fd, b'x' * (64 << 20))\n    return 1"
