@@ -1,5 +1,8 @@
 """AZR validity checks per second: one fresh process per candidate (now) vs one interpreter per
 batch (before, kept selectable only here), on bubblewrap and rlimit, and unsandboxed in-process exec.
+``*_forked_before`` runs the fork server of ``--before-commit`` (read with ``git show``) in the same
+run, so a change to the fork server is measured before/after side by side. ``cgroup_cost`` times a
+run cgroup's create/remove and a bubblewrap start with and without one (the granularity choice).
 
 Each check = parse + static policy + run f on 10 inputs + determinism. Sandboxed modes run the
 whole batch in two separate sandbox processes (the real determinism check). ``*_forked`` is the
@@ -9,7 +12,7 @@ one interpreter), rebuilt from the same evaluation code so only the isolation di
 unsandboxed baseline is AZR's own approach (``exec`` in the current process). Forked and
 one-interpreter runs are interleaved repeat by repeat so machine load hits both alike.
 
-Usage: ``.venv/bin/python -m benchmarks.sandbox_throughput [--tasks 40] [--repeats 5]``
+Usage: ``.venv/bin/python -m benchmarks.sandbox_throughput [--tasks 40] [--repeats 5] [--before-commit C]``
 Writes ``benchmarks/results/sandbox_throughput.json`` (with the git commit) and ``.png``.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,6 +33,7 @@ from curriculum.domains.azr import AzrDomain
 from curriculum.domains.azr_static import normalise_program
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
 from curriculum.sandbox.base import ExecutionResult, Sandbox
+from curriculum.sandbox.cgroup import RunCgroup, host_support
 from curriculum.sandbox.harness import run_program
 
 #: The one-interpreter harness of before issue 18: the same evaluation code, all programs in one process.
@@ -51,17 +56,36 @@ BODIES = (
 )
 
 
-class OneInterpreterSandbox:
-    """Wraps a backend so the batch harness is the one-interpreter one (benchmark only)."""
+#: The fork server before the speed work of issue 18 item 2 (cgroups already in).
+BEFORE_COMMIT = "f81c0fe"
 
-    def __init__(self, inner: Sandbox) -> None:
+
+def source_at(commit: str) -> str | None:
+    """The batch harness (harness.py + forkserver.py) as of ``commit``; None without git."""
+    root = Path(__file__).resolve().parents[1]
+    parts = []
+    for name in ("harness.py", "forkserver.py"):
+        out = subprocess.run(["git", "show", f"{commit}:curriculum/sandbox/{name}"], cwd=root, capture_output=True,
+                             text=True, check=False)
+        if out.returncode != 0:
+            return None
+        parts.append(out.stdout)
+    return "\n".join(parts)
+
+
+class OneInterpreterSandbox:
+    """Wraps a backend so the batch harness is another one: the one-interpreter harness by default,
+    or a given source (an older fork server) (benchmark only)."""
+
+    def __init__(self, inner: Sandbox, source: str = ONE_INTERPRETER_SOURCE) -> None:
         self.inner = inner
+        self.source = source
         self.name = inner.name
         self.isolates_fs_and_network = inner.isolates_fs_and_network
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
                    site_packages: bool = False) -> ExecutionResult:
-        return self.inner.run_python(ONE_INTERPRETER_SOURCE, stdin, limits, site_packages)
+        return self.inner.run_python(self.source, stdin, limits, site_packages)
 
 
 def make_completions(n: int) -> list[str]:
@@ -115,12 +139,18 @@ def _sandboxes(limits: Limits) -> dict[str, Sandbox]:
     return out
 
 
-def measure_modes(completions: list[str], repeats: int, limits: Limits) -> dict[str, dict[str, float]]:
+def _variants(sandbox: Sandbox, before: str | None) -> list[tuple[str, Sandbox]]:
+    out: list[tuple[str, Sandbox]] = [("forked", sandbox), ("one_interpreter", OneInterpreterSandbox(sandbox))]
+    return out + ([("forked_before", OneInterpreterSandbox(sandbox, before))] if before else [])
+
+
+def measure_modes(completions: list[str], repeats: int, limits: Limits,
+                  before: str | None) -> dict[str, dict[str, float]]:
     fns: dict[str, Callable[[], int]] = {}
     base = AzrDomain(sandbox=RlimitSandbox(limits), limits=limits)
     fns["unsandboxed_exec"] = lambda: unsandboxed_validate(base, completions)
     for name, sandbox in _sandboxes(limits).items():
-        for mode, sb in (("forked", sandbox), ("one_interpreter", OneInterpreterSandbox(sandbox))):
+        for mode, sb in _variants(sandbox, before):
             fns[f"{name}_batched_{mode}"] = partial(_count_valid, AzrDomain(sandbox=sb, limits=limits), completions)
     modes = interleaved(fns, repeats)
     for entry in modes.values():
@@ -129,22 +159,50 @@ def measure_modes(completions: list[str], repeats: int, limits: Limits) -> dict[
     return modes
 
 
-def batch_sweep(sizes: list[int], repeats: int, limits: Limits) -> list[dict[str, float]]:
-    """Bubblewrap forked vs one-interpreter (and unsandboxed exec) as the batch grows."""
-    sandbox = BubblewrapSandbox(limits)
-    forked = AzrDomain(sandbox=sandbox, limits=limits)
-    one = AzrDomain(sandbox=OneInterpreterSandbox(sandbox), limits=limits)
+def batch_sweep(sizes: list[int], repeats: int, limits: Limits, before: str | None) -> list[dict[str, float]]:
+    """Bubblewrap forked vs one-interpreter (and unsandboxed exec, and the fork server before) as the
+    batch grows."""
+    domains = {mode: AzrDomain(sandbox=sb, limits=limits) for mode, sb in _variants(BubblewrapSandbox(limits), before)}
     rows = []
     for n in sizes:
         completions = make_completions(n)
-        res = interleaved({"exec": partial(unsandboxed_validate, forked, completions),
-                           "forked": partial(_count_valid, forked, completions),
-                           "one": partial(_count_valid, one, completions)}, repeats)
-        rows.append({"tasks": n, "unsandboxed_checks_per_s": n / res["exec"]["seconds"],
-                     "forked_checks_per_s": n / res["forked"]["seconds"],
-                     "one_interpreter_checks_per_s": n / res["one"]["seconds"],
-                     "forked_vs_one_interpreter_slowdown": res["forked"]["seconds"] / res["one"]["seconds"]})
+        fns: dict[str, Callable[[], int]] = {"exec": partial(unsandboxed_validate, domains["forked"], completions)}
+        fns.update({mode: partial(_count_valid, domain, completions) for mode, domain in domains.items()})
+        res = interleaved(fns, repeats)
+        row = {"tasks": n, "unsandboxed_checks_per_s": n / res["exec"]["seconds"],
+               "forked_checks_per_s": n / res["forked"]["seconds"],
+               "one_interpreter_checks_per_s": n / res["one_interpreter"]["seconds"],
+               "forked_vs_one_interpreter_slowdown": res["forked"]["seconds"] / res["one_interpreter"]["seconds"]}
+        if "forked_before" in res:
+            row["forked_before_checks_per_s"] = n / res["forked_before"]["seconds"]
+            row["forked_before_vs_one_interpreter_slowdown"] = (res["forked_before"]["seconds"]
+                                                                / res["one_interpreter"]["seconds"])
+        rows.append(row)
     return rows
+
+
+def cgroup_cost(limits: Limits, repeats: int) -> dict[str, Any]:
+    """Milliseconds per run cgroup (create with limits + remove) and per bubblewrap start of a trivial
+    program with and without one (median, interleaved): what per-candidate cgroups would add."""
+    support = host_support()
+    if not support.usable:
+        return {"available": False, "reason": support.reason}
+    create: list[float] = []
+    for _ in range(30):
+        started = time.perf_counter()
+        cgroup = RunCgroup.create(limits, support)
+        assert cgroup is not None
+        cgroup.remove()
+        create.append(1000 * (time.perf_counter() - started))
+    starts: dict[str, list[float]] = {"with_cgroup": [], "without_cgroup": []}
+    sandboxes = {"with_cgroup": BubblewrapSandbox(limits), "without_cgroup": BubblewrapSandbox(limits, cgroup=False)}
+    for _ in range(repeats):
+        for name, sandbox in sandboxes.items():
+            started = time.perf_counter()
+            sandbox.run_python("pass")
+            starts[name].append(1000 * (time.perf_counter() - started))
+    return {"available": True, "version": support.version, "create_and_remove_ms": statistics.median(create),
+            "bubblewrap_start_ms": {k: statistics.median(v) for k, v in starts.items()}}
 
 
 def main() -> None:
@@ -153,14 +211,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sweep", type=int, nargs="*", default=[10, 40, 160, 640],
                         help="batch sizes for the forked-vs-one-interpreter curve (bubblewrap)")
+    parser.add_argument("--before-commit", default=BEFORE_COMMIT,
+                        help="also run the fork server of this commit ('' to skip)")
     args = parser.parse_args()
     limits = Limits(cpu_s=20, wall_s=60.0)
     load_before = os.getloadavg()[0]
-    modes = measure_modes(make_completions(args.tasks), args.repeats, limits)
-    sweep = batch_sweep(args.sweep, max(1, args.repeats // 2), limits) if bwrap_probe()[0] else []
+    before = source_at(args.before_commit) if args.before_commit else None
+    modes = measure_modes(make_completions(args.tasks), args.repeats, limits, before)
+    sweep = batch_sweep(args.sweep, max(1, args.repeats // 2), limits, before) if bwrap_probe()[0] else []
+    cgroup = cgroup_cost(limits, args.repeats * 2) if bwrap_probe()[0] else {"available": False}
     exec_rate = modes["unsandboxed_exec"]["checks_per_s"]
     ratios = {b: modes[f"{b}_batched_forked"]["seconds"] / modes[f"{b}_batched_one_interpreter"]["seconds"]
               for b in ("bubblewrap", "rlimit") if f"{b}_batched_forked" in modes}
+    before_ratios = {b: modes[f"{b}_batched_forked_before"]["seconds"]
+                     / modes[f"{b}_batched_one_interpreter"]["seconds"]
+                     for b in ("bubblewrap", "rlimit") if f"{b}_batched_forked_before" in modes}
     report = {
         "commit": COMMIT_AT_START,
         "tasks": args.tasks, "inputs_per_task": 10, "repeats": args.repeats,
@@ -168,13 +233,16 @@ def main() -> None:
         "modes": modes,
         "slowdown_vs_unsandboxed": {k: exec_rate / v["checks_per_s"] for k, v in modes.items()},
         "forked_vs_one_interpreter_slowdown": ratios,
+        "before_commit": args.before_commit if before else None,
+        "forked_before_vs_one_interpreter_slowdown": before_ratios,
+        "cgroup_cost": cgroup,
         "goal": "forked (one fresh process per candidate) within 2x of one_interpreter (before issue 18)",
         "goal_met": {b: r <= 2.0 for b, r in ratios.items()},
         "load_average": {"before": load_before, "after": os.getloadavg()[0]},
         "notes": ("medians of interleaved repeats on a 2-CPU machine shared with other jobs; the two determinism "
-                  "processes run concurrently; the forked path pays one fork + copy-on-write + exit per candidate "
-                  "and run (about 2 ms of CPU each here), the one-interpreter path pays nothing per candidate, so "
-                  "the ratio grows with the batch size (see batch_size_sweep)"),
+                  "processes run concurrently; the forked path pays one fork + copy-on-write faults + exit per "
+                  "candidate and run, the one-interpreter path pays nothing per candidate, so the ratio grows with "
+                  "the batch size (see batch_size_sweep); *_forked_before is the fork server of before_commit"),
         "batch_size_sweep": sweep,
     }
     path = write_result("sandbox_throughput", report)
@@ -191,7 +259,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     names = list(report["modes"])
     rates = [report["modes"][n]["checks_per_s"] for n in names]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
-    colours = ["#888" if n.startswith("unsandboxed") else "#2a7" if n.endswith("forked") else "#d83" for n in names]
+    colours = ["#888" if n.startswith("unsandboxed") else "#2a7" if n.endswith("forked")
+               else "#7ad" if n.endswith("before") else "#d83" for n in names]
     bars = ax.bar(range(len(names)), rates, color=colours)
     ax.set_xticks(range(len(names)), [n.replace("_batched_", "\n") for n in names], fontsize=7)
     for bar, name in zip(bars, names, strict=True):
@@ -203,6 +272,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     if sweep:
         ax2.plot([r["tasks"] for r in sweep], [r["forked_vs_one_interpreter_slowdown"] for r in sweep], marker="o",
                  label="bubblewrap: forked / one interpreter")
+        if "forked_before_vs_one_interpreter_slowdown" in sweep[0]:
+            ax2.plot([r["tasks"] for r in sweep], [r["forked_before_vs_one_interpreter_slowdown"] for r in sweep],
+                     marker="x", linestyle=":", label=f"fork server at {report['before_commit']}")
         ax2.axhline(2.0, color="red", linestyle="--", label="goal: 2x")
         ax2.set_xscale("log")
         ax2.set_xlabel("tasks per validate_batch call")

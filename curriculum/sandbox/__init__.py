@@ -16,13 +16,16 @@ falls back to the weaker rlimit backend; every :class:`ExecutionResult` names it
     (RLIMIT_NPROC on a per-run uid as root), huge output; a seccomp deny-list (ptrace, namespaces,
     mounts, bpf, io_uring, ...). Runs as a fresh per-run uid (root) or ``nobody`` (user namespace)
     with no capabilities.
+    Memory of all processes together: one cgroup per run where the host has a writable hierarchy
+    (:mod:`curriculum.sandbox.cgroup`: v2 delegated, or v1 as root) with ``memory_mb`` for the whole
+    run, no swap and ``pids.max``; without one the bound is ``max_procs x memory_mb`` plus tmpfs
+    and pipe buffers (``containment`` and ``propel check --sandbox`` say which holds).
     Does NOT protect against: kernel bugs in the allowed syscalls, CPU contention with the host,
-    reading world-readable files under the bound Python tree, side channels, and memory summed
-    over processes (no cgroup: the bound is ``max_procs x memory_mb`` plus tmpfs and pipe buffers).
+    reading world-readable files under the bound Python tree, side channels.
 
 ``rlimit`` (subprocess)
-    The same limits, seccomp filter, cleared environment, per-run uid (root) and kill-everything-of-
-    the-uid after the run, in an empty private working directory. Does NOT protect against:
+    The same limits, seccomp filter, run cgroup, cleared environment, per-run uid (root) and
+    kill-everything-of-the-uid after the run, in an empty private working directory. Does NOT protect against:
     network access, reading any world-readable host file by absolute path (the working tree
     included), seeing host processes in /proc, and (when not root) writing the user's files or
     children that escape the process group with ``setsid``. Use it only where bubblewrap cannot run.

@@ -19,10 +19,12 @@ import secrets
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
+from curriculum.sandbox.cgroup import OOM_FD_ENV, RunCgroup
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
 from curriculum.sandbox.process import prlimit_argv, processes_of_uid, remove_tree, run_command
 from curriculum.sandbox.seccomp import filter_program, install_preamble
@@ -155,15 +157,37 @@ def _too_large(code: str, backend: str) -> ExecutionResult | None:
                            f"code of {len(code)} chars exceeds {MAX_ARGV_CODE}; pass data on stdin", backend)
 
 
+@contextlib.contextmanager
+def run_cgroup(enabled: bool, limits: Limits) -> Iterator[tuple[RunCgroup | None, dict[str, str], tuple[int, ...]]]:
+    """The run's cgroup (``None`` where none can be made), the environment entry and the descriptor
+    that hand its OOM-kill counter to the fork server; the descriptor is closed afterwards (the
+    cgroup itself is removed by :func:`curriculum.sandbox.process.run_command`)."""
+    cgroup = RunCgroup.create(limits) if enabled else None
+    fd = -1
+    try:
+        if cgroup is not None:
+            fd = os.open(cgroup.oom_file, os.O_RDONLY)
+        yield cgroup, ({OOM_FD_ENV: str(fd)} if fd >= 0 else {}), ((fd,) if fd >= 0 else ())
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 class BubblewrapSandbox:
     """Namespaces (pid, net, ipc, uts), read-only binds, private /tmp, rlimits, uid nobody."""
 
     name = "bubblewrap"
     isolates_fs_and_network = True
 
-    def __init__(self, limits: Limits | None = None, bwrap: str | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, bwrap: str | None = None, cgroup: bool = True) -> None:
         self.limits = limits or Limits()
         self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+        #: create a cgroup per run where the host allows it (:mod:`curriculum.sandbox.cgroup`)
+        self.use_cgroup = cgroup
 
     def argv(self, code: str, limits: Limits, site_packages: bool, uid: int | None = None,
              seccomp_fd: int | None = None) -> list[str]:
@@ -187,8 +211,9 @@ class BubblewrapSandbox:
             os.close(write_fd)
             write_fd = -1
             argv = self.argv(code, limits, site_packages, uid, read_fd if seccomp_supported() else None)
-            return run_command(argv, stdin, dict(SCRUBBED_ENV), limits, self.name, signal_offset=128,
-                               pass_fds=(read_fd,), uid=uid if uid != NOBODY else None)
+            with run_cgroup(self.use_cgroup, limits) as (cgroup, env, fds):
+                return run_command(argv, stdin, {**SCRUBBED_ENV, **env}, limits, self.name, signal_offset=128,
+                                   pass_fds=(read_fd, *fds), uid=uid if uid != NOBODY else None, cgroup=cgroup)
         finally:
             os.close(read_fd)
             if write_fd >= 0:
@@ -206,8 +231,10 @@ class RlimitSandbox:
     name = "rlimit"
     isolates_fs_and_network = False
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, cgroup: bool = True) -> None:
         self.limits = limits or Limits()
+        #: create a cgroup per run where the host allows it (:mod:`curriculum.sandbox.cgroup`)
+        self.use_cgroup = cgroup
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
                    site_packages: bool = False) -> ExecutionResult:
@@ -226,8 +253,9 @@ class RlimitSandbox:
                 code = install_preamble() + code
             argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=uid is not None,
                                uid=uid or NOBODY, nproc=nproc_limit(limits, uid))
-            return run_command(argv, stdin, env, limits, self.name, cwd=workdir,
-                               uid=uid if uid is not None and uid != NOBODY else None)
+            with run_cgroup(self.use_cgroup, limits) as (cgroup, oom_env, fds):
+                return run_command(argv, stdin, {**env, **oom_env}, limits, self.name, cwd=workdir, pass_fds=fds,
+                                   uid=uid if uid is not None and uid != NOBODY else None, cgroup=cgroup)
         finally:
             with contextlib.suppress(OSError):
                 remove_tree(workdir)

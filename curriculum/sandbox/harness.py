@@ -123,10 +123,12 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise CallTimeout()
 
 
-def run_call(func: Callable[..., Any], src: str, timeout_s: float, max_chars: int) -> dict[str, Any]:
-    """Evaluate ``func(<src>)`` under the timer and return the call record (never raises Exception)."""
+def run_call(func: Callable[..., Any], src: str | tuple[list[Any], dict[str, Any]], timeout_s: float,
+             max_chars: int) -> dict[str, Any]:
+    """Evaluate ``func(<src>)`` under the timer and return the call record (never raises Exception);
+    ``src`` may be the arguments already parsed (:func:`prepare`)."""
     try:
-        args, kwargs = parse_call_args(src)
+        args, kwargs = src if isinstance(src, tuple) else parse_call_args(src)
     except ValueError as err:
         return {"status": "error", "output": None, "error": f"bad input: {err}"}
     sys.setrecursionlimit(1000)
@@ -170,6 +172,32 @@ def _define(code_obj: Any, func_name: str, timeout_s: float) -> tuple[Any, str |
     return func, None
 
 
+#: Sources up to these sizes are compiled and parsed ahead (:func:`prepare`); larger ones in the child.
+PREPARE_MAX_CODE, PREPARE_MAX_INPUT = 20_000, 4_000
+
+
+def prepare(prog: dict[str, Any]) -> None:
+    """Compile ``code`` and parse ``inputs`` into ``prog`` (keys ``compiled``, ``parsed``) where that
+    succeeds, so every child starts from them (compiling is not running: the fork server does it
+    for the whole batch before its first fork, which saves each child the pages the compiler and
+    parser would write). Failures and large sources are left to the child, which reports them.
+    Parsed arguments are copied into each child (copy-on-write): no evaluation sees another's."""
+    code = prog["code"]
+    if type(code) is not str or len(code) > PREPARE_MAX_CODE:
+        return
+    try:
+        prog["compiled"] = compile(code, "<task>", "exec")
+    except BaseException:  # the child compiles again and reports the error
+        return
+    parsed: list[Any] = []
+    for src in prog["inputs"]:
+        try:
+            parsed.append(parse_call_args(src) if type(src) is str and len(src) <= PREPARE_MAX_INPUT else src)
+        except (ValueError, RecursionError, MemoryError):
+            parsed.append(src)
+    prog["parsed"] = parsed
+
+
 def run_program(prog: dict[str, Any], timeout_s: float, max_chars: int,
                 emit: Callable[[dict[str, Any]], None], stop_on_failure: bool = True) -> None:
     """Define ``prog['func']`` afresh for every input of ``prog['inputs']`` (in ``prog['order']``)
@@ -179,12 +207,12 @@ def run_program(prog: dict[str, Any], timeout_s: float, max_chars: int,
     records say so), so a looping program costs one call timeout, not one per input.
     """
     signal.signal(signal.SIGALRM, _on_alarm)
-    inputs = list(prog["inputs"])
+    inputs = list(prog.get("parsed") or prog["inputs"])
     order = list(prog.get("order") or range(len(inputs)))
     func_name = str(prog.get("func", "f"))
     error = None
     try:
-        code_obj = compile(prog["code"], "<task>", "exec")
+        code_obj = prog["compiled"] if "compiled" in prog else compile(prog["code"], "<task>", "exec")
     except BaseException as err:  # syntax errors, nesting limits: the program's result
         error = f"{type(err).__name__}: {str(err)[:300]}"
     failed = False

@@ -8,7 +8,8 @@ After every run the process group is SIGKILLed and, when the run had its own uid
 (so children that left the process group with ``setsid`` die with the run) and the entries that uid
 left in the shared temp dirs (/tmp, /var/tmp, /dev/shm) are removed. Without a per-run uid (not
 root), escaped children of the rlimit backend are not found: bubblewrap's pid namespace is what
-ends them there.
+ends them there, or the run's cgroup (:mod:`curriculum.sandbox.cgroup`) where one is in force: every
+process in it is killed, and an OOM kill in it makes a failed run ``memory``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from curriculum.sandbox.base import ExecutionResult, Limits, Status
+from curriculum.sandbox.cgroup import JOIN_FAILED, RunCgroup
 
 
 @dataclass
@@ -208,39 +210,63 @@ def _drain(proc: subprocess.Popen[bytes], cap: Capture, limits: Limits) -> None:
 
 def run_command(argv: list[str], stdin: bytes, env: dict[str, str], limits: Limits, backend: str,
                 cwd: str | None = None, signal_offset: int = 0, pass_fds: tuple[int, ...] = (),
-                uid: int | None = None) -> ExecutionResult:
+                uid: int | None = None, cgroup: RunCgroup | None = None) -> ExecutionResult:
     """Run ``argv`` in a new session; always returns a result, never leaves a process running.
 
     ``signal_offset``: wrappers such as bwrap report a child killed by signal N as exit code
     ``signal_offset + N`` (bwrap: 128); 0 means only negative return codes are signals.
     ``uid``: the run's own uid; all its processes are killed and its temp files removed afterwards.
+    ``cgroup``: the run's cgroup (:mod:`curriculum.sandbox.cgroup`); the command joins it before it
+    starts anything, every process in it is killed afterwards and it is removed (also on failure).
     """
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=cwd, start_new_session=True, close_fds=True, pass_fds=pass_fds)
-    except OSError as err:
-        return ExecutionResult("error", "", "", None, 0.0, 0.0, f"could not start sandbox: {err}", backend,
-                               {"infra": True})
-    try:
-        cap = _pump(proc, stdin, limits, started + limits.wall_s)
+        try:
+            proc = subprocess.Popen([*(cgroup.join_argv() if cgroup else []), *argv], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                                    start_new_session=True, close_fds=True, pass_fds=pass_fds)
+        except OSError as err:
+            return ExecutionResult("error", "", "", None, 0.0, 0.0, f"could not start sandbox: {err}", backend,
+                                   {"infra": True})
+        try:
+            cap = _pump(proc, stdin, limits, started + limits.wall_s)
+        finally:
+            usage = _end_run(proc, uid, cgroup)
+        oom_kills = cgroup.oom_kills() if cgroup else 0
     finally:
-        _kill_group(proc.pid)
-        if uid is not None:
-            kill_uid(uid)
-        _, status, usage = os.wait4(proc.pid, 0)
-        if uid is not None:
-            remove_files_of_uid(uid)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        if cgroup is not None:
+            cgroup.remove()
     wall_s = time.monotonic() - started
     cpu_s = usage.ru_utime + usage.ru_stime
     stdout = cap.stdout.decode("utf-8", errors="replace")
     stderr = cap.stderr.decode("utf-8", errors="replace")
+    if cgroup is not None and proc.returncode == 125 and JOIN_FAILED in stderr:
+        return ExecutionResult("error", stdout, stderr, 125, wall_s, cpu_s, stderr.strip()[:300], backend,
+                               {"infra": True})
     status_, reason = classify(proc.returncode, cap, stderr, cpu_s, limits, signal_offset, wall_s)
-    return ExecutionResult(status_, stdout, stderr, proc.returncode, wall_s, cpu_s, reason, backend)
+    if oom_kills and status_ in ("killed", "error"):
+        status_, reason = "memory", (f"memory limit of all processes together ({limits.memory_mb} MiB, cgroup) "
+                                     f"exceeded: {oom_kills} OOM kill(s)")
+    meta: dict[str, object] = {"cgroup_oom_kills": oom_kills} if cgroup is not None else {}
+    return ExecutionResult(status_, stdout, stderr, proc.returncode, wall_s, cpu_s, reason, backend, meta)
+
+
+def _end_run(proc: subprocess.Popen[bytes], uid: int | None, cgroup: RunCgroup | None) -> Any:
+    """Kill every process of the run, reap the command (``proc.returncode``), remove the uid's temp
+    files; the command's resource usage."""
+    _kill_group(proc.pid)
+    if cgroup is not None:
+        cgroup.kill()
+    if uid is not None:
+        kill_uid(uid)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if uid is not None:
+        remove_files_of_uid(uid)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return usage
 
 
 def _signal_of(returncode: int, signal_offset: int) -> int | None:

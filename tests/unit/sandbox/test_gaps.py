@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from curriculum.domains.azr import AzrDomain
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, RlimitSandbox
 from curriculum.sandbox.base import Sandbox
+from curriculum.sandbox.cgroup import OOM_FD_ENV
 from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
 
 LIMITS = Limits(cpu_s=5, wall_s=10.0, memory_mb=256, max_procs=8, file_size_mb=8, tmpfs_mb=16)
@@ -45,7 +46,7 @@ STATEFUL_BODIES = (
     "import string\ndef f(x):\n    string.calls = getattr(string, 'calls', 0) + 1\n    return x * string.calls",
     # a process-wide context object changed by the call itself
     "import decimal\ndef f(x):\n    c = decimal.getcontext()\n    c.prec = max(2, c.prec - 3)\n"
-    "    return str(decimal.Decimal(1) / decimal.Decimal(7 + x))",
+    "    return str(decimal.Decimal(1) / decimal.Decimal(100 + x))",
     # first call wins: caches the first input it ever saw
     "import heapq\ndef f(x):\n    if not hasattr(heapq, 'first'):\n        heapq.first = x\n"
     "    return heapq.first * 100 + x",
@@ -126,13 +127,20 @@ FILE_READER = ("def f(x):\n    seen = []\n    for path in ('note', '/tmp/propel-
                "'/dev/shm/note'):\n        try:\n            seen.append(open(path).read())\n"
                "        except OSError:\n            pass\n    return seen\n")
 
+#: ... and then sets the times of every directory it owns back by a day, so that a directory looks
+#: unchanged by its mtime (the fork server lists only directories changed during the candidate).
+FILE_HIDER = FILE_WRITER.replace("    return x\n", "    import os, time\n    for d in ('.', '/tmp', '/var/tmp', "
+                                 "'/dev/shm'):\n        try:\n            os.utime(d, (time.time() - 86400,) * 2)\n"
+                                 "        except OSError:\n            pass\n    return x\n")
 
+
+@pytest.mark.parametrize("writer", [FILE_WRITER, FILE_HIDER], ids=["writes", "writes_and_backdates_the_dirs"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_files_a_program_leaves_are_gone_before_the_next_one(backend: str) -> None:
+def test_files_a_program_leaves_are_gone_before_the_next_one(backend: str, writer: str) -> None:
     if backend == "rlimit" and not IS_ROOT:
         pytest.skip("without a per-run uid the rlimit backend cannot tell its files in /tmp from the user's")
     runner = BatchRunner(make(backend), LIMITS, call_timeout_s=1.0)
-    results = runner.run([Program("writer", FILE_WRITER, ("1",)), Program("reader", FILE_READER, ("1",))])
+    results = runner.run([Program("writer", writer, ("1",)), Program("reader", FILE_READER, ("1",))])
     assert results[0].outputs == ["1"]
     assert results[1].outputs == ["[]"], results[1]
 
@@ -263,6 +271,6 @@ def test_rlimit_runs_in_an_empty_private_dir_with_a_cleared_environment(monkeypa
     cwd, listing, env, imported, tree = result.stdout.splitlines()
     assert os.path.basename(cwd).startswith("propel-sbx-") and listing == "[]", result.log_view()
     assert set(ast.literal_eval(env)) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
-                              "PYTHONIOENCODING", "LC_CTYPE"}
+                              "PYTHONIOENCODING", "LC_CTYPE", OOM_FD_ENV}
     assert imported == "no project import" and tree == "False"
     assert not os.path.exists(cwd)  # the private dir is removed with the run

@@ -4,7 +4,7 @@ Every case runs as the middle program of a three-program batch through :class:`B
 every backend available (bubblewrap, rlimit); it asserts the hostile program's specific verdict and
 that its neighbours (one before, one after) got their correct outputs. After every test no process
 of a per-run sandbox uid is alive and no file of one is left in /tmp, /var/tmp or /dev/shm
-(checked as root, where runs get their own uid). Cases a backend does not contain are strict
+(checked as root, where runs get their own uid), and no run cgroup is left. Cases a backend does not contain are strict
 xfails with the reason (see ``docs/SANDBOX.md``).
 """
 
@@ -20,6 +20,7 @@ import pytest
 
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, ProgramResult, RlimitSandbox
 from curriculum.sandbox.batch import compare_runs
+from curriculum.sandbox.cgroup import leftover_cgroups
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
 from testkit.waiting import eventually
 from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
@@ -202,6 +203,7 @@ def _sandbox_leftovers() -> tuple[list[int], list[str]]:
 @pytest.fixture(autouse=True)
 def _nothing_leaks() -> Iterator[None]:
     yield
+    assert leftover_cgroups() == [], "run cgroups were not removed"
     if not IS_ROOT:
         return
     eventually(lambda: not _sandbox_leftovers()[0], timeout_s=3, interval_s=0.05)

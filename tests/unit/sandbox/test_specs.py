@@ -18,6 +18,7 @@ from curriculum.sandbox import (
     rlimit_argv,
 )
 from curriculum.sandbox.base import SCRUBBED_ENV, truncate
+from curriculum.sandbox.cgroup import CgroupSupport
 from curriculum.sandbox.docker_backend import DockerSandbox, container_spec
 from curriculum.sandbox.process import Capture, classify, prlimit_argv
 from curriculum.sandbox.seccomp import AUDIT_ARCH, filter_program, install_preamble
@@ -182,8 +183,12 @@ def test_seccomp_program_is_well_formed_and_arch_checked() -> None:
 def test_containment_names_what_each_backend_lacks() -> None:
     assert set(missing_protections("rlimit", as_root=True)) >= {"network", "host_files_read", "host_processes_hidden"}
     assert "descendants_killed" not in missing_protections("rlimit", as_root=True)
-    assert {"descendants_killed", "host_files_write", "processes_per_run"} <= set(
-        missing_protections("rlimit", as_root=False))
+    no_cgroup = CgroupSupport(0, None, None, "none here")
+    assert {"descendants_killed", "host_files_write", "processes_per_run", "memory_all_processes_together"} <= set(
+        missing_protections("rlimit", as_root=False, cgroup=no_cgroup))
+    delegated = CgroupSupport(2, "/sys/fs/cgroup/propel", "/sys/fs/cgroup/propel", "cgroup v2 (delegated)")
+    assert {"descendants_killed", "processes_per_run", "memory_all_processes_together"}.isdisjoint(
+        missing_protections("rlimit", as_root=False, cgroup=delegated))
     assert "network" not in missing_protections("bubblewrap") and "network" not in missing_protections("docker")
     text = format_containment("rlimit", as_root=True)
     assert text.startswith("sandbox rlimit: lacks ") and "network" in text.splitlines()[0]
