@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from curriculum.domains.base import Domain, Task
 from curriculum.solvers.base import Completion, Sampling, SolverBackend
-from curriculum.store import repo
+from curriculum.store import repo, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
 from probes.band import Band, Side
@@ -133,8 +134,17 @@ def _trial(domain: Domain, task: Task, task_id: int, solver_id: str, attempt: in
     if verdict is None:
         return repo.NewTrial(task_id, solver_id, attempt, "null", reason="grading failed",
                              answer=comp.text, latency_s=comp.latency_s)
+    ending = comp.meta.get("stop_reason")  # an agent episode's end (stop, max_steps, loop, time) is kept
     return repo.NewTrial(task_id, solver_id, attempt, "pass" if verdict else "fail", answer=comp.text,
-                         latency_s=comp.latency_s)
+                         latency_s=comp.latency_s, reason=None if ending is None else str(ending))
+
+
+def _trajectories(sess: Session, solver_id: str, done: Sequence[tuple[int, int, Completion]]) -> None:
+    """Store each agent trial's turns (``Completion.meta["turns"]``) row by row beside its trial."""
+    for task_id, attempt, comp in done:
+        turns = comp.meta.get("turns")
+        if isinstance(turns, list) and turns:
+            trajectories.add_turns(sess, task_id, "solver", solver_id, attempt, turns)
 
 
 def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids: Sequence[int], k: int,
@@ -162,6 +172,8 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
         nulls += sum(1 for tr in trials if tr.outcome == "null")
         with store.session() as s:
             written += repo.add_trials(s, trials)
+            _trajectories(s, sid, [(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
+                                   for attempt, comp in zip(missing[t], row, strict=True)])
     return SpotCheckResult(len(tasks), written, nulls, time.perf_counter() - start)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from curriculum.domains.swe.agent import (
     GENERATOR_SYSTEM,
@@ -46,10 +47,12 @@ class AgentSweSolver:
     It resolves a solver prompt to its task through the domain's verified-task memo (the prompt's
     ``Task: <id>`` line), like the synthetic solver."""
 
-    def __init__(self, domain: SweDomain, client: ChatClient, limits: AgentLimits | None = None) -> None:
+    def __init__(self, domain: SweDomain, client: ChatClient, limits: AgentLimits | None = None,
+                 concurrency: int = 1) -> None:
         self.domain = domain
         self.client = client
         self.limits = limits or AgentLimits()
+        self.concurrency = max(1, concurrency)
         self.solver_id = f"agent:{client.model}"
 
     def _record(self, prompt: str) -> dict[str, object] | None:
@@ -83,4 +86,11 @@ class AgentSweSolver:
         return Completion(f"```diff\n{fix}```\n", latency_s=episode.agent_s + episode.tool_s, meta=meta)
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
-        return [[self._attempt(prompt) for _ in range(n)] for prompt in prompts]
+        """``n`` episodes per prompt, ``concurrency`` at a time (each on its own copy), in order."""
+        jobs = [prompt for prompt in prompts for _ in range(n)]
+        if self.concurrency == 1:
+            flat = [self._attempt(prompt) for prompt in jobs]
+        else:
+            with ThreadPoolExecutor(self.concurrency) as pool:
+                flat = list(pool.map(self._attempt, jobs))
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
