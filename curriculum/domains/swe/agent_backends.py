@@ -146,6 +146,10 @@ class AgentBugSupply:
             self._jobs.put(seed * 1009 + i)
         return out
 
+    def ready(self) -> int:
+        """Finished episodes waiting for the next :meth:`take`."""
+        return self._done.qsize()
+
     def close(self) -> None:
         """Stop the threads after their current episode (queued ones are dropped)."""
         while True:
