@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from curriculum.domains.base import Validity, get_domain
+from curriculum.domains.swe.agent_backends import AgentBugSupply
 from curriculum.domains.swe.domain import SweDomain
 from curriculum.store import repo, trajectories
 from curriculum.store.db import Store
@@ -104,7 +105,7 @@ def test_agent_bugs_join_the_cycle_with_their_provenance_and_turns(tmp_path: Pat
         cfg = agent_config(tmp_path, options, url, solver={"model": "s", "max_concurrency": 1},
                            generator={"agent": {"base_url": url, "model": "g", "per_cycle": 1, "max_steps": 4}})
         supply = build_supply(cfg, engine)  # type: ignore[arg-type]
-        assert supply is not None
+        assert isinstance(supply, AgentBugSupply)
         with sqlite_store.session() as s:
             run_id = repo.get_or_create_run(s, "agentgen", "h", {})
             pid = repo.register_probe(s, "primary", "primary", "file:///p", "r", {}, run_id=run_id)
