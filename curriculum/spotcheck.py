@@ -54,6 +54,16 @@ def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
     return "null" if verdict is None else ("pass" if verdict else "fail")
 
 
+def bind_tasks(solver: SolverBackend, domain: Domain, tasks: Sequence[Task]) -> list[str]:
+    """The solver prompts of ``tasks``; a solver that needs the task behind a prompt (the SWE agent:
+    which bug to apply to its copy) is given them through its optional ``bind_tasks``."""
+    prompts = [domain.solver_prompt(t) for t in tasks]
+    bind = getattr(solver, "bind_tasks", None)
+    if bind is not None:
+        bind(dict(zip(prompts, tasks, strict=True)))
+    return prompts
+
+
 def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
                 sampling: Sampling, progress: Callable[[int], None] | None = None,
                 chunk: int = 64) -> list[LabelValue]:
@@ -63,7 +73,7 @@ def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], ba
     out: list[LabelValue] = []
     for start in range(0, len(tasks), max(1, chunk)):
         part = tasks[start:start + max(1, chunk)]
-        answers = solver.generate([domain.solver_prompt(t) for t in part], band.k, sampling)
+        answers = solver.generate(bind_tasks(solver, domain, part), band.k, sampling)
         out += [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
                 for t, row in zip(part, answers, strict=True)]
         if progress is not None:
@@ -165,7 +175,7 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
         by_count[len(attempts)].append(tid)
     written = nulls = 0
     for n, tids in sorted(by_count.items()):
-        comps = solver.generate([domain.solver_prompt(tasks[t]) for t in tids], n, sampling)
+        comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
         trials = [_trial(domain, tasks[t], t, sid, attempt, comp)
                   for t, row in zip(tids, comps, strict=True)
                   for attempt, comp in zip(missing[t], row, strict=True)]

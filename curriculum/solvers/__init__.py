@@ -26,6 +26,11 @@ class DelayedSolver:
         if serve is not None:
             serve(version)
 
+    def bind_tasks(self, tasks: Any) -> None:
+        bind = getattr(self.inner, "bind_tasks", None)
+        if bind is not None:
+            bind(tasks)
+
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         time.sleep(self.latency_s)
         return self.inner.generate(prompts, n, sampling)

@@ -1,7 +1,9 @@
 """The ``swe-agent`` solver on a real Celery worker (``propel worker`` on Redis, PostgreSQL store):
 the worker builds the agent solver from the same config as the daemon, checks its endpoint at start,
 runs each trial as an agent episode against the scripted model server in this process, and writes
-the trials and their turns to the store; a worker whose endpoint does not answer exits 2 at start."""
+the trials and their turns to the store; a worker whose endpoint does not answer exits 2 at start.
+The worker has a repository cache of its own (as on another host: fetched, with no task memo of the
+daemon's); the spot-check hands the solver the tasks behind its prompts."""
 
 from __future__ import annotations
 
@@ -62,8 +64,11 @@ def test_a_celery_worker_runs_swe_agent_trials(tmp_path: Path, pg_store: Store, 
     ids = stored_tasks(pg_store, domain)
     model = Model({domain.parse(spec).task.content_hash[:16]: name for name, spec in SPECS.items()})  # type: ignore[union-attr]
     log = tmp_path / "worker.log"
+    (tmp_path / "worker-host").mkdir()
+    worker_options = swe_options(tmp_path / "worker-host")  # another host's `propel swe fetch`
+    assert not (Path(str(worker_options["cache_dir"])) / "tasks").exists()  # no task memo there
     with scripted_server(model, models=["m"]) as (url, _):
-        cfg = _config(tmp_path, options, url, pg_url, redis_url)
+        cfg = _config(tmp_path, worker_options, url, pg_url, redis_url)
         worker = start_worker(cfg, log, concurrency=2, queues="spotcheck")
         try:
             settings = worker_settings(load_config(cfg))

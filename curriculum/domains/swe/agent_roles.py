@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from curriculum.domains.base import Task
 from curriculum.domains.swe.agent import (
     GENERATOR_SYSTEM,
     SOLVER_SYSTEM,
@@ -53,9 +55,18 @@ class AgentSweSolver:
         self.client = client
         self.limits = limits or AgentLimits()
         self.concurrency = max(1, concurrency)
+        self._bound: dict[str, dict[str, object]] = {}
         self.solver_id = f"agent:{client.model}"
 
+    def bind_tasks(self, tasks: Mapping[str, Task]) -> None:
+        """The tasks behind the next prompts (prompt → task), given by the spot-check: a worker on
+        another host has the repository cache but not the daemon's task memo."""
+        self._bound = {prompt: dict(task.payload) for prompt, task in tasks.items()}
+
     def _record(self, prompt: str) -> dict[str, object] | None:
+        bound = self._bound.get(prompt)
+        if bound is not None:
+            return {"payload": bound}
         match = _TASK.search(prompt)
         found = sorted((self.domain.cache.root / "tasks").glob(f"{match.group(1)}*.json")) if match else []
         return json.loads(found[0].read_text()) if found else None
