@@ -180,3 +180,32 @@ def test_unreachable_or_wrong_agent_endpoint_stops_the_start(tmp_path: Path) -> 
     res = _run(tmp_path, {**base, "solver": {"backend": "swe-agent", "model": "m"}})
     assert res.exit_code == 2 and "solver.base_url is required when solver.backend = 'swe-agent'" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.long  # `transformers serve` start (~20 s) + one graded trial
+def test_a_real_openai_compatible_server_takes_the_agents_requests(tmp_path: Path, sqlite_store: Store) -> None:
+    """`transformers serve` with a tiny random model (it cannot call tools: the episode ends at its
+    first answer): the start check passes, the server accepts the agent's chat request with its
+    ``tools``, the trial is graded ``fail`` and its one turn is stored."""
+    from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+    from daemon.service.settings import check_endpoints
+    from testkit.servers import transformers_serve
+
+    options = swe_options(tmp_path)
+    domain = get_domain("swe", **options)
+    assert isinstance(domain, SweDomain)
+    ids = stored_tasks(sqlite_store, domain)
+    tok = build_char_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    model_dir = save_tiny(tiny_qwen2(tok, hidden_size=64, num_layers=1), tok, tmp_path / "tiny")
+    with transformers_serve(model_dir, tmp_path / "serve.log") as url:
+        cfg = agent_config(tmp_path, options, url, solver={"model": str(model_dir), "max_tokens": 8})
+        check_endpoints(cfg)  # raises ConfigError when the server does not answer
+        spot = build_spot(cfg, sqlite_store, SimpleNamespace(domain=domain))
+        spot.dispatch([ids["solved"]], 1)
+    with sqlite_store.session() as s:
+        [trial] = s.scalars(select(SolverTrial)).all()
+        turns = trajectories.episode_turns(s, ids["solved"], "solver", f"agent:{model_dir}", 0)
+    assert (trial.outcome, trial.reason) == ("fail", "stop")
+    assert len(turns) == 1 and turns[0]["tool_calls"] == [] and turns[0]["content"]

@@ -35,19 +35,21 @@ def agent_limits(max_steps: int = 25, wall_s: float = 900.0, repeat_limit: int =
 
 
 def check_endpoint(base_url: str, model: str, timeout_s: float = 10.0, api_key: str | None = None) -> str | None:
-    """Why ``base_url`` cannot serve ``model`` (nothing answers, or its ``/models`` list lacks it), or None.
+    """Why ``base_url`` cannot serve ``model`` (nothing answers, it refuses the credentials, or its
+    ``/models`` list lacks the model), or None.
 
-    A server without a ``/models`` route (404/405) passes: it answered."""
+    A server that answers ``/models`` with anything else (no such route, or an error: `transformers
+    serve` answers 500 there when the model is a local directory) passes: it is up."""
     url = base_url.rstrip("/") + "/models"
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         resp = httpx.get(url, timeout=timeout_s, headers=headers)
     except httpx.HTTPError as err:
         return f"nothing answers at {base_url} ({type(err).__name__}: {str(err)[:120] or 'no detail'})"
-    if resp.status_code in (404, 405):
-        return None
+    if resp.status_code in (401, 403):
+        return f"{url} refused the request (HTTP {resp.status_code})"
     if resp.status_code != 200:
-        return f"{url} answered HTTP {resp.status_code}"
+        return None
     try:
         served = [str(m["id"]) for m in resp.json().get("data", [])]
     except (ValueError, KeyError, TypeError, AttributeError):
