@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from curriculum.domains.base import Domain, Task
 from curriculum.solvers.base import Completion, Sampling, SolverBackend
-from curriculum.store import repo
+from curriculum.store import repo, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
 from probes.band import Band, Side
@@ -53,6 +54,16 @@ def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
     return "null" if verdict is None else ("pass" if verdict else "fail")
 
 
+def bind_tasks(solver: SolverBackend, domain: Domain, tasks: Sequence[Task]) -> list[str]:
+    """The solver prompts of ``tasks``; a solver that needs the task behind a prompt (the SWE agent:
+    which bug to apply to its copy) is given them through its optional ``bind_tasks``."""
+    prompts = [domain.solver_prompt(t) for t in tasks]
+    bind = getattr(solver, "bind_tasks", None)
+    if bind is not None:
+        bind(dict(zip(prompts, tasks, strict=True)))
+    return prompts
+
+
 def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
                 sampling: Sampling, progress: Callable[[int], None] | None = None,
                 chunk: int = 64) -> list[LabelValue]:
@@ -62,7 +73,7 @@ def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], ba
     out: list[LabelValue] = []
     for start in range(0, len(tasks), max(1, chunk)):
         part = tasks[start:start + max(1, chunk)]
-        answers = solver.generate([domain.solver_prompt(t) for t in part], band.k, sampling)
+        answers = solver.generate(bind_tasks(solver, domain, part), band.k, sampling)
         out += [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
                 for t, row in zip(part, answers, strict=True)]
         if progress is not None:
@@ -133,8 +144,17 @@ def _trial(domain: Domain, task: Task, task_id: int, solver_id: str, attempt: in
     if verdict is None:
         return repo.NewTrial(task_id, solver_id, attempt, "null", reason="grading failed",
                              answer=comp.text, latency_s=comp.latency_s)
+    ending = comp.meta.get("stop_reason")  # an agent episode's end (stop, max_steps, loop, time) is kept
     return repo.NewTrial(task_id, solver_id, attempt, "pass" if verdict else "fail", answer=comp.text,
-                         latency_s=comp.latency_s)
+                         latency_s=comp.latency_s, reason=None if ending is None else str(ending))
+
+
+def _trajectories(sess: Session, solver_id: str, done: Sequence[tuple[int, int, Completion]]) -> None:
+    """Store each agent trial's turns (``Completion.meta["turns"]``) row by row beside its trial."""
+    for task_id, attempt, comp in done:
+        turns = comp.meta.get("turns")
+        if isinstance(turns, list) and turns:
+            trajectories.add_turns(sess, task_id, "solver", solver_id, attempt, turns)
 
 
 def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids: Sequence[int], k: int,
@@ -155,13 +175,15 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
         by_count[len(attempts)].append(tid)
     written = nulls = 0
     for n, tids in sorted(by_count.items()):
-        comps = solver.generate([domain.solver_prompt(tasks[t]) for t in tids], n, sampling)
+        comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
         trials = [_trial(domain, tasks[t], t, sid, attempt, comp)
                   for t, row in zip(tids, comps, strict=True)
                   for attempt, comp in zip(missing[t], row, strict=True)]
         nulls += sum(1 for tr in trials if tr.outcome == "null")
         with store.session() as s:
             written += repo.add_trials(s, trials)
+            _trajectories(s, sid, [(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
+                                   for attempt, comp in zip(missing[t], row, strict=True)])
     return SpotCheckResult(len(tasks), written, nulls, time.perf_counter() - start)
 
 

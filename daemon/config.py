@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.config_agent import AgentLimitsConfig, GeneratorAgentConfig
 from daemon.ops.alerts.rules import DEFAULT_RULES, AlertRule, AlertRules
 
 ENV_OVERRIDES: dict[str, tuple[str, str]] = {
@@ -110,6 +111,8 @@ class GeneratorConfig(_Section):
     temperature: float = Field(default=1.0, gt=0)
     bootstrap_steps: int | None = Field(default=None, ge=1, description="bootstrap:* models only: training "
                                         "steps (default: the recipe; small values for tests)")
+    agent: GeneratorAgentConfig = Field(default_factory=GeneratorAgentConfig, description="swe only: an "
+                                        "agent over an endpoint that adds bugs to each cycle's sample")
 
 
 class ReferenceConfig(_Section):
@@ -147,7 +150,7 @@ class ProbesConfig(_Section):
 class SolverConfig(_Section):
     """The target solver whose frontier we aim at."""
 
-    backend: Literal["openai", "hf", "synthetic", "synthetic-swe"] = "synthetic"
+    backend: Literal["openai", "hf", "synthetic", "synthetic-swe", "swe-agent"] = "synthetic"
     base_url: str | None = Field(default=None, description="OpenAI-compatible server, e.g. http://vllm:8000/v1")
     model: str | None = Field(default=None, description="openai: the served model; hf: a hub id or local path, "
                               "or a checkpoint per version: \"/ckpt/{version}\" loads /ckpt/step-N for version step-N")
@@ -178,16 +181,19 @@ class SolverConfig(_Section):
     synthetic_swe_offset: float | None = Field(
         default=None, description="synthetic-swe solver only (a benchmark instrument): the bug difficulty it "
         "solves half the time (default 2.5; see curriculum/domains/swe/synthetic.py)")
+    agent: AgentLimitsConfig = Field(default_factory=AgentLimitsConfig, description="swe-agent solver only: "
+                                     "step, time and loop limits of each trial's agent episode")
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
-        if self.backend == "openai":
+        if self.backend in ("openai", "swe-agent"):
             if not self.base_url:
-                raise ValueError("solver.base_url is required when solver.backend = 'openai'")
+                raise ValueError(f"solver.base_url is required when solver.backend = '{self.backend}' (an "
+                                 "OpenAI-compatible server, e.g. http://vllm:8000/v1)")
             if not self.base_url.startswith(("http://", "https://")):
                 raise ValueError("solver.base_url must start with http:// or https://")
             if not self.model:
-                raise ValueError("solver.model is required when solver.backend = 'openai'")
+                raise ValueError(f"solver.model is required when solver.backend = '{self.backend}'")
         if self.backend == "hf" and not self.model:
             raise ValueError("solver.model (a local path or hub id) is required when solver.backend = 'hf'")
         if self.model and "{version}" in self.model:
@@ -445,8 +451,10 @@ class PropelConfig(_Section):
                 "use 'openai' (a vLLM/SGLang server) or 'hf' for other domains"
                 + (" ('synthetic-swe' for swe)" if self.domain.name == "swe" else "")
             )
-        if self.solver.backend == "synthetic-swe" and self.domain.name != "swe":
-            raise ValueError("solver.backend = 'synthetic-swe' only works with domain.name = 'swe'")
+        if self.solver.backend in ("synthetic-swe", "swe-agent") and self.domain.name != "swe":
+            raise ValueError(f"solver.backend = '{self.solver.backend}' only works with domain.name = 'swe'")
+        if self.generator.agent.enabled and self.domain.name != "swe":
+            raise ValueError("generator.agent (agent-written bugs) only works with domain.name = 'swe'")
         return self
 
     @property

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -62,12 +62,25 @@ Responder = Callable[[dict[str, object], int], tuple[int, dict[str, object]]]
 
 
 @contextmanager
-def scripted_server(respond: Responder) -> Iterator[tuple[str, list[dict[str, object]]]]:
-    """A real HTTP server whose answer to the i-th POST is ``respond(body, i)``; yields (url, requests)."""
+def scripted_server(respond: Responder, models: Sequence[str] | None = None
+                    ) -> Iterator[tuple[str, list[dict[str, object]]]]:
+    """A real HTTP server whose answer to the i-th POST is ``respond(body, i)``; yields (url, requests).
+
+    ``models``: ``GET /v1/models`` lists them (OpenAI shape); without, GETs answer 404."""
     seen: list[dict[str, object]] = []
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            known = models is not None and self.path.rstrip("/").endswith("/models")
+            data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models or []]}
+                              if known else {"error": "not found"}).encode()
+            self.send_response(200 if known else 404)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             with lock:

@@ -1,5 +1,6 @@
 """Solver backends: ``openai`` (vLLM/SGLang/`transformers serve`), ``hf`` (in-process), ``synthetic``
-(arith) and ``synthetic-swe`` (the SWE domain's benchmark solver)."""
+(arith), ``synthetic-swe`` (the SWE domain's benchmark solver) and ``swe-agent`` (the SWE tool-calling
+agent over an OpenAI-compatible chat endpoint: each trial a multi-turn episode in the sandbox)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ class DelayedSolver:
         serve = getattr(self.inner, "serve_version", None)
         if serve is not None:
             serve(version)
+
+    def bind_tasks(self, tasks: Any) -> None:
+        bind = getattr(self.inner, "bind_tasks", None)
+        if bind is not None:
+            bind(tasks)
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         time.sleep(self.latency_s)
@@ -62,6 +68,14 @@ def build_solver(backend: str, *, model: str | None = None, base_url: str | None
         from curriculum.domains.swe.synthetic import SyntheticSweSolver
 
         solver = SyntheticSweSolver(seed=seed, **(options or {}))
+    elif backend == "swe-agent":
+        from curriculum.domains.swe.agent_backends import build_agent_solver
+
+        if not base_url or not model:
+            raise ValueError("the swe-agent solver needs base_url and model")
+        solver = build_agent_solver(base_url, model, timeout_s=timeout_s, concurrency=max_concurrency,
+                                    api_key=api_key, **(options or {}))
     else:
-        raise ValueError(f"unknown solver backend {backend!r}: use openai, hf, synthetic or synthetic-swe")
+        raise ValueError(f"unknown solver backend {backend!r}: use openai, hf, synthetic, synthetic-swe or "
+                         "swe-agent")
     return DelayedSolver(solver, artificial_latency_s) if artificial_latency_s > 0 else solver

@@ -190,6 +190,26 @@ class SolverTrial(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class AgentTurn(Base):
+    """One model turn of an agent episode, in order: a solver trial's (``role = 'solver'``, keyed like
+    the trial by solver id and attempt) or the episode that wrote a task (``role = 'generator'``,
+    ``agent_id`` the generator, attempt 0). Trajectory probes read these."""
+
+    __tablename__ = "agent_turns"
+    __table_args__ = (UniqueConstraint("task_id", "role", "agent_id", "attempt", "turn"),
+                      CheckConstraint("role IN ('solver', 'generator')", name="role"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    agent_id: Mapped[str] = mapped_column(String(256))
+    attempt: Mapped[int] = mapped_column(Integer)
+    turn: Mapped[int] = mapped_column(Integer)
+    content: Mapped[str] = mapped_column(Text)
+    tool_calls: Mapped[list[Any]] = mapped_column(JSON)
+    tool_results: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Label(Base):
     """Utility label of a task for a solver version: solves over valid trials and whether it is in band.
 

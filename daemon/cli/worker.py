@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from daemon.service.settings import worker_settings
+from daemon.service.settings import check_endpoints, worker_settings
 
 JOB_KINDS = ("spotcheck", "retrain")
 
@@ -39,6 +39,8 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
 
     cfg = get_config(ctx)
     settings = worker_settings(cfg)
+    if "spotcheck" in wanted:
+        check_endpoints(cfg, generator=False)  # a swe-agent solver's endpoint: one line now, not null trials later
     with Connection(settings.broker_url, connect_timeout=5) as conn:  # unreachable: one line, not a retry loop
         conn.ensure_connection(max_retries=1, timeout=5)
     runtime.configure(settings)

@@ -44,6 +44,7 @@ from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refr
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.state import DriverState, PendingCheck, load_state
+from daemon.loop.supply import TaskSupply, store_supplied
 from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths, export_totals, observe_phase
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
@@ -115,8 +116,9 @@ class Driver:
                  settings: DriverSettings, hooks: DriverHooks | None = None,
                  should_stop: Callable[[], bool] = lambda: False, metrics: PropelMetrics | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 timer: Callable[[], float] = time.perf_counter) -> None:
+                 timer: Callable[[], float] = time.perf_counter, supply: TaskSupply | None = None) -> None:
         self.store, self.run_id, self.engine, self.s = store, run_id, engine, settings
+        self.supply = supply  # a second generator's tasks (SWE agent), stored beside the policy's sample
         self.spot, self.retrainer = spot, retrainer
         self.hooks = hooks or DriverHooks()
         self.should_stop = should_stop
@@ -198,6 +200,9 @@ class Driver:
         values, state.dominant_topic = self._sample_metrics(texts, checks, scored)
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
+        if self.supply is not None:  # finished agent bugs: same checks and lineage, their own provenance
+            values |= store_supplied(self.store, self.run_id, self.engine, cycle,
+                                     self.supply.take(self.s.seed * 100_003 + cycle))
         self._record(cycle, values)
         self._advance("sample", cycle, state)
         return values

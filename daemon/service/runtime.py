@@ -13,6 +13,7 @@ from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
 from daemon.loop.state import DriverState
+from daemon.loop.supply import TaskSupply
 from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
@@ -21,6 +22,7 @@ from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import (
     build_configured_solver,
     check_domain,
+    check_endpoints,
     driver_settings,
     sampling,
     worker_settings,
@@ -75,13 +77,32 @@ def assemble_driver(cfg: PropelConfig, store: Store, run_id: int, engine: Propel
     spot = build_spot(cfg, store, engine)
     retrainer = build_retrainer(cfg, store, engine)
     return Driver(store, run_id, engine, spot, retrainer, driver_settings(cfg), hooks=hooks,
-                  should_stop=should_stop, metrics=metrics)
+                  should_stop=should_stop, metrics=metrics, supply=build_supply(cfg, engine))
+
+
+def build_supply(cfg: PropelConfig, engine: Engine) -> TaskSupply | None:
+    """The agent generator (``[generator.agent]`` with ``per_cycle`` > 0) over the engine's SWE domain."""
+    agent = cfg.generator.agent
+    if not agent.enabled or agent.base_url is None or agent.model is None:
+        return None
+    from curriculum.domains.swe.agent import ChatClient
+    from curriculum.domains.swe.agent_backends import AgentBugSupply, agent_limits
+    from curriculum.domains.swe.domain import SweDomain
+
+    if not isinstance(engine.domain, SweDomain):
+        raise ConfigError("generator", [("generator.agent", "needs domain.name = 'swe'")])
+    client = ChatClient(agent.base_url, agent.model, timeout_s=agent.timeout_s, temperature=agent.temperature,
+                        max_tokens=agent.max_tokens)
+    limits = agent_limits(max_steps=agent.max_steps, wall_s=agent.wall_s, repeat_limit=agent.repeat_limit,
+                          tool_output_chars=agent.tool_output_chars, tool_timeout_s=agent.tool_timeout_s)
+    return AgentBugSupply(engine.domain, client, agent.per_cycle, limits, concurrency=agent.concurrency)
 
 
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
         progress: Progress) -> int:
     from daemon.service.engine import build_engine
 
+    check_endpoints(cfg)
     check_domain(cfg)
     store, run_id = open_run(cfg)
     metrics = build_metrics()

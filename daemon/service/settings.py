@@ -42,7 +42,28 @@ def solver_kwargs(cfg: PropelConfig) -> dict[str, Any]:
         kw["options"] = {"cache_dir": cfg.domain.options.get("cache_dir")}
         if s.synthetic_swe_offset is not None:
             kw["options"]["offset"] = s.synthetic_swe_offset
+    if s.backend == "swe-agent":  # episodes on the domain's repositories; sampling settings per model turn
+        kw["options"] = {"domain_options": dict(cfg.domain.options), "limits": s.agent.as_options(),
+                         "temperature": s.temperature, "max_tokens": s.max_tokens}
     return kw
+
+
+def check_endpoints(cfg: PropelConfig, generator: bool = True) -> None:
+    """Fail at start, in one line, when an agent endpoint (``solver.backend = "swe-agent"``,
+    ``[generator.agent]`` unless ``generator`` is False: a worker) does not answer or does not serve its
+    model; raises :class:`ConfigError`."""
+    from curriculum.domains.swe.agent_backends import check_endpoint
+
+    checks = []
+    if cfg.solver.backend == "swe-agent" and cfg.solver.base_url and cfg.solver.model:
+        checks.append(("solver.base_url", cfg.solver.base_url, cfg.solver.model))
+    agent = cfg.generator.agent
+    if generator and agent.enabled and agent.base_url and agent.model:
+        checks.append(("generator.agent.base_url", agent.base_url, agent.model))
+    problems = [(key, f"{why}: start the server or fix {key} / {key.rsplit('.', 1)[0]}.model")
+                for key, url, model in checks if (why := check_endpoint(url, model, timeout_s=10.0)) is not None]
+    if problems:
+        raise ConfigError("endpoints", problems)
 
 
 def check_domain(cfg: PropelConfig) -> None:

@@ -60,6 +60,17 @@ def test_frozen() -> None:
     ('[solver]\nbackend = "hf"\nmodel = "/ckpt/{version}"\n', "solver", "set solver.version"),
     ('[solver]\nbackend = "openai"\nbase_url = "http://x"\nmodel = "/c/{version}"\nversion = "step-0"\n', "solver",
      "needs solver.backend = 'hf'"),
+    ('[domain]\nname = "swe"\n[solver]\nbackend = "swe-agent"\nmodel = "m"\n', "solver",
+     "solver.base_url is required when solver.backend = 'swe-agent'"),
+    ('[domain]\nname = "swe"\n[solver]\nbackend = "swe-agent"\nbase_url = "http://x"\n', "solver",
+     "solver.model is required when solver.backend = 'swe-agent'"),
+    ('[solver]\nbackend = "swe-agent"\nbase_url = "http://x"\nmodel = "m"\n', "(top level)",
+     "'swe-agent' only works with domain.name = 'swe'"),
+    ('[domain]\nname = "swe"\n[solver.agent]\nmax_steps = 0\n', "solver.agent.max_steps", "greater than or equal"),
+    ('[domain]\nname = "swe"\n[generator.agent]\nper_cycle = 2\nmodel = "m"\n', "generator.agent",
+     "generator.agent.base_url is required"),
+    ('[generator.agent]\nper_cycle = 1\nbase_url = "http://x"\nmodel = "m"\n', "(top level)",
+     "generator.agent (agent-written bugs) only works with domain.name = 'swe'"),
 ])
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -40,7 +40,9 @@ VALUES: dict[str, Any] = {
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
     "solver.version": "rc-final", "solver.version_order": 7,
     "solver.synthetic_skill_by_version": {"step-2": 3.0}, "solver.synthetic_skill_file": "/tmp/skills.json",
-    "solver.synthetic_swe_offset": 1.5,
+    "solver.synthetic_swe_offset": 1.5, "solver.agent": {"max_steps": 7, "wall_s": 30.0, "tool_timeout_s": 5.0},
+    "generator.agent": {"base_url": "http://vllm:8000/v1", "model": "g", "per_cycle": 2, "max_steps": 9,
+                        "concurrency": 2, "temperature": 0.2},
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
@@ -64,7 +66,8 @@ VALUES: dict[str, Any] = {
 }
 
 #: Fields that need another backend than VALUES' (checked with their own config by their own test).
-OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file", "solver.synthetic_swe_offset"}
+OTHER_BACKEND = {"solver.synthetic_skill_by_version", "solver.synthetic_skill_file", "solver.synthetic_swe_offset",
+                 "solver.agent", "generator.agent"}
 
 #: Read where models load or the service loop runs (engine, lifecycle, runtime, CLI): checked by the AST scan.
 READ_IN_SERVICE = {
@@ -316,6 +319,38 @@ def test_synthetic_swe_options_reach_the_solver(tmp_path: Path) -> None:
     solver = build_solver(**solver_kwargs(c))
     assert solver.solver_id.startswith("synthetic:swe-logistic") and solver.offset == 1.5  # type: ignore[attr-defined]
     assert solver.tasks_dir == tmp_path / "tasks"  # type: ignore[attr-defined]
+
+
+def test_swe_agent_settings_reach_the_solver_and_the_generator_supply(tmp_path: Path) -> None:
+    from curriculum.domains.base import get_domain
+    from curriculum.solvers import build_solver
+    from daemon.service.runtime import build_supply
+    from daemon.service.settings import solver_kwargs
+
+    options = {"cache_dir": str(tmp_path)}
+    c = config_from_mapping(_nest({"domain.name": "swe", "domain.options": options, "solver.backend": "swe-agent",
+                                   "solver.base_url": "http://vllm:8000/v1", "solver.model": "s",
+                                   "solver.temperature": 0.3, "solver.max_concurrency": 2,
+                                   "solver.agent": VALUES["solver.agent"],
+                                   "generator.agent": VALUES["generator.agent"]}), env={})
+    solver = build_solver(**solver_kwargs(c))
+    assert solver.solver_id == "agent:s" and solver.concurrency == 2  # type: ignore[attr-defined]
+    limits, client = solver.limits, solver.client  # type: ignore[attr-defined]
+    assert (limits.max_steps, limits.wall_s, limits.tool.wall_s) == (7, 30.0, 5.0)
+    assert (client.url, client.temperature) == ("http://vllm:8000/v1/chat/completions", 0.3)
+    assert solver.domain.cache.root == tmp_path  # type: ignore[attr-defined]
+
+    class _Engine:
+        domain = get_domain("swe", **options)
+
+    supply = build_supply(c, _Engine())  # type: ignore[arg-type]
+    assert supply is not None
+    try:
+        assert (supply.per_cycle, supply.source, supply.limits.max_steps, len(supply._threads)) == (  # type: ignore[attr-defined]
+            2, "agent:g", 9, 2)
+        assert supply.client.temperature == 0.2  # type: ignore[attr-defined]
+    finally:
+        supply.close()
 
 
 def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
+from curriculum.domains.base import Task
 from curriculum.domains.swe.agent import (
     GENERATOR_SYSTEM,
     SOLVER_SYSTEM,
@@ -46,13 +49,24 @@ class AgentSweSolver:
     It resolves a solver prompt to its task through the domain's verified-task memo (the prompt's
     ``Task: <id>`` line), like the synthetic solver."""
 
-    def __init__(self, domain: SweDomain, client: ChatClient, limits: AgentLimits | None = None) -> None:
+    def __init__(self, domain: SweDomain, client: ChatClient, limits: AgentLimits | None = None,
+                 concurrency: int = 1) -> None:
         self.domain = domain
         self.client = client
         self.limits = limits or AgentLimits()
+        self.concurrency = max(1, concurrency)
+        self._bound: dict[str, dict[str, object]] = {}
         self.solver_id = f"agent:{client.model}"
 
+    def bind_tasks(self, tasks: Mapping[str, Task]) -> None:
+        """The tasks behind the next prompts (prompt → task), given by the spot-check: a worker on
+        another host has the repository cache but not the daemon's task memo."""
+        self._bound = {prompt: dict(task.payload) for prompt, task in tasks.items()}
+
     def _record(self, prompt: str) -> dict[str, object] | None:
+        bound = self._bound.get(prompt)
+        if bound is not None:
+            return {"payload": bound}
         match = _TASK.search(prompt)
         found = sorted((self.domain.cache.root / "tasks").glob(f"{match.group(1)}*.json")) if match else []
         return json.loads(found[0].read_text()) if found else None
@@ -83,4 +97,11 @@ class AgentSweSolver:
         return Completion(f"```diff\n{fix}```\n", latency_s=episode.agent_s + episode.tool_s, meta=meta)
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
-        return [[self._attempt(prompt) for _ in range(n)] for prompt in prompts]
+        """``n`` episodes per prompt, ``concurrency`` at a time (each on its own copy), in order."""
+        jobs = [prompt for prompt in prompts for _ in range(n)]
+        if self.concurrency == 1:
+            flat = [self._attempt(prompt) for prompt in jobs]
+        else:
+            with ThreadPoolExecutor(self.concurrency) as pool:
+                flat = list(pool.map(self._attempt, jobs))
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
