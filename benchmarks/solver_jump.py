@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import tempfile
 import time
 import warnings
@@ -100,7 +101,8 @@ def in_band_probability(p: float, band: Band) -> float:
 def arm_config(shared: toy.Shared, settings: Settings, root: Path, arm: str, seed: int) -> PropelConfig:
     """The toy row's daemon config with the trainer's solver name, the new version's skill, and the
     arm's ``[frontier]`` (``no refresh``: no drift measurement, hence no primary refresh)."""
-    cfg = toy.row_config(shared, settings.toy(), root, f"{arm.replace(' ', '-')}-{seed}", seed, settings.chunk)
+    run = re.sub(r"[^A-Za-z0-9]+", "-", arm)
+    cfg = toy.row_config(shared, settings.toy(), root, f"{run}-{seed}", seed, settings.chunk)
     raw = cfg.model_dump(mode="json")
     raw["solver"].update(name=SOLVER, synthetic_skill_by_version={NEW_VERSION: settings.new_skill})
     raw["spotcheck"]["budget_per_hour"] = settings.spot_budget * (settings.before + settings.after)
