@@ -253,7 +253,7 @@ class FrontierConfig(_Section):
     staleness: Literal["keep_last", "half_life"] = Field(
         default="keep_last", description="how labels of older solver versions count (docs/FRONTIER.md)")
     keep_versions: int = Field(default=3, ge=1, description="keep_last: labels of this many newest versions count "
-                               "(3: chosen by benchmarks/staleness.py)")
+                               "(3: 2-5 measure alike in benchmarks/staleness.py; docs/FRONTIER.md)")
     half_life_versions: float = Field(default=1.0, gt=0, description="half_life: weight halves every this many "
                                       "versions")
     min_weight: float = Field(default=0.2, ge=0, lt=1, description="half_life: lighter labels are dropped")
