@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from curriculum.artifacts import ArtifactStore, publish_model
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.domains.base import Task, Validity
 from curriculum.novelty import DiversityTerm
@@ -25,7 +26,7 @@ from daemon.loop.driver import Driver, DriverSettings
 from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
 from daemon.service.retrainer import InProcessRetrainer
 from daemon.service.spot import InProcessSpotChecker
-from probes import FeatureExtractor, FrozenReference, Scores
+from probes import FeatureExtractor, FrozenReference, Probe, Scores, load_probe
 from probes.band import Band
 from testkit.retrain_data import artifacts_for, tiny_reference
 
@@ -110,6 +111,26 @@ class FakeEngine:
     def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
         if self.reward.diversity is not None:
             self.reward.diversity.observe(texts, topics)
+
+
+class LeaderEngine(FakeEngine):
+    """The tests' fake engine, with what the real one does with artifacts: the reference it names in
+    retrain jobs is published to the artifact store, and probes are loaded by fetching and verifying
+    them from that store."""
+
+    def __init__(self, artifacts: ArtifactStore, reference_dir: Path, fingerprint: str) -> None:
+        super().__init__()
+        self.artifacts, self.fingerprint = artifacts, fingerprint
+        self.reference_uri = publish_model(artifacts, str(reference_dir))
+        self.probes: list[Probe] = []
+
+    def reference_info(self) -> ReferenceInfo:
+        return ReferenceInfo(self.reference_uri, self.fingerprint, 2, "mean_full")
+
+    def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
+        super().load_probes(artifact_uris, aux_uris)
+        self.probes = [load_probe(self.artifacts.fetch_tree(u), expected_fingerprint=self.fingerprint)
+                       for u in aux_uris]
 
 
 @functools.cache

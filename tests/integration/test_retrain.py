@@ -6,21 +6,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
 
-from curriculum.artifacts import ArtifactStore, open_artifacts, publish_model
+from curriculum.artifacts import open_artifacts
 from curriculum.domains.arith import ArithDomain
 from curriculum.retrain import RetrainSpec, carry_out, create_job, job_outcome, run_retrain
 from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, ProbeRow, RetrainJob
-from daemon.loop.ports import ReferenceInfo
-from probes import FeatureExtractor, Probe, load_probe
-from testkit.driver import FakeEngine, QueuedRetrainer, make_driver, tick_to
+from probes import FeatureExtractor, load_probe
+from testkit.driver import LeaderEngine, QueuedRetrainer, make_driver, tick_to
 from testkit.retrain_data import artifacts_for, seed_labelled_run, spec_for, tiny_reference
 from tests.conftest import require_service
 from workers.local import start_worker, stop
@@ -95,26 +93,6 @@ def _wait_finished(store: Store, names: list[str], proc: subprocess.Popen[bytes]
             pytest.fail(f"worker exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
         time.sleep(0.3)
     pytest.fail(f"retrain jobs still pending after 180 s:\n{log.read_text()[-3000:]}")
-
-
-class LeaderEngine(FakeEngine):
-    """The tests' fake engine, with what the real one does with artifacts: the reference it names in
-    retrain jobs is published to the artifact store, and probes are loaded by fetching and verifying
-    them from that store."""
-
-    def __init__(self, artifacts: ArtifactStore, reference_dir: Path, fingerprint: str) -> None:
-        super().__init__()
-        self.artifacts, self.fingerprint = artifacts, fingerprint
-        self.reference_uri = publish_model(artifacts, str(reference_dir))
-        self.probes: list[Probe] = []
-
-    def reference_info(self) -> ReferenceInfo:
-        return ReferenceInfo(self.reference_uri, self.fingerprint, 2, "mean_full")
-
-    def load_probes(self, artifact_uris: Sequence[str], aux_uris: Sequence[str]) -> None:
-        super().load_probes(artifact_uris, aux_uris)
-        self.probes = [load_probe(self.artifacts.fetch_tree(u), expected_fingerprint=self.fingerprint)
-                       for u in aux_uris]
 
 
 @pytest.mark.slow
