@@ -17,7 +17,13 @@ freshly seeded tasks (realistic ~0.7 kB messages) with the same consumers and ba
                        RL on the same cores), same client load; and ``http_beside_run``, the
                        ``propel serve`` of the first arms while that daemon trains, to separate the
                        cost of sharing the daemon's process from the cost of sharing the CPU.
-                       Both skipped with ``--no-in-run``.
+  * ``http_run_paused`` — the same-round reference for ``http_in_run``: the API of a second ``propel
+                       run`` (its own run, same config) whose training is idle (one phase, then a
+                       day's tick interval), measured while the training daemon is frozen (SIGSTOP
+                       after seeding, SIGCONT after the drain): a daemon's API with the CPU to itself.
+                       The three are skipped with ``--no-in-run``.
+
+Both daemons run with the default ``api.work_nice`` (training work niced, the API's threads not).
 
 Reports tasks/s, p50/p99 lease latency, and checks nothing was delivered twice or lost.
 
@@ -33,21 +39,37 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULTS, scratch_postgres, write_result
 from testkit.queue_load import RUN, consume_http, drain, run_arm, run_id_of, seed
 
+#: The idle daemon's run (its own queue, next to the training daemon's on the same database).
+IDLE_RUN = f"{RUN}-idle"
+#: Which run each HTTP arm's API serves.
+ARM_RUN = {"http": RUN, "http_beside_run": RUN, "http_in_run": RUN, "http_run_paused": IDLE_RUN}
+DAEMON_ARMS = ("http_in_run", "http_run_paused")
 
-def config(path: Path, url: str, port: int, data_dir: Path, generator: Path | None) -> Path:
-    """``propel serve``: the store and port only; ``propel run``: the e2e tests' small CPU daemon."""
+
+def config(path: Path, url: str, port: int, data_dir: Path, generator: Path | None, run: str = RUN,
+           idle: bool = False, work_nice: int | None = None) -> Path:
+    """``propel serve``: the store and port only; ``propel run``: the e2e tests' small CPU daemon
+    (``idle``: one phase at start, then nothing for a day; ``work_nice``: ``api.work_nice``, else the default)."""
     from testkit.configs import write_config
 
     if generator is None:
-        path.write_text(f'data_dir = "{data_dir}"\nrun_name = "{RUN}"\n[store]\nurl = "{url}"\n[api]\nport = {port}\n')
+        path.write_text(f'data_dir = "{data_dir}"\nrun_name = "{run}"\n[store]\nurl = "{url}"\n[api]\nport = {port}\n')
         return path
-    return write_config(path, generator, data_dir, url, RUN, port=port)
+    write_config(path, generator, data_dir, url, run, port=port)
+    text = path.read_text()
+    if idle:
+        text = text.replace("tick_interval_s = 0.05", "tick_interval_s = 86400")
+    if work_nice is not None:
+        text = text.replace(f"[api]\nport = {port}\n", f"[api]\nport = {port}\nwork_nice = {work_nice}\n")
+    path.write_text(text)
+    return path
 
 
 def start_cli(args: list[str], cfg: Path, log: Path, port: int, timeout_s: float) -> subprocess.Popen[bytes]:
@@ -70,7 +92,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def in_run_phase(url: str) -> str | None:
+def in_run_phase(url: str, run: str = RUN) -> str | None:
     from sqlalchemy import select
 
     from curriculum.store.db import Store
@@ -80,35 +102,70 @@ def in_run_phase(url: str) -> str | None:
     try:
         with store.session() as s:
             return s.scalars(select(DaemonState.phase).join(Run, Run.id == DaemonState.run_id)
-                             .where(Run.name == RUN, DaemonState.heartbeat_at.is_not(None))).first()
+                             .where(Run.name == run, DaemonState.heartbeat_at.is_not(None))).first()
     finally:
         store.dispose()
 
 
-def start_http_arm(url: str, arm: str, work: Path, generator: Path | None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``propel serve`` or ``propel run`` (API on) for the run; returns the process and API URL."""
+def start_http_arm(url: str, arm: str, work: Path, generator: Path | None,
+                   work_nice: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``propel serve`` or ``propel run`` (API on) for the arm's run; returns the process and API URL."""
     from testkit.servers import free_port
 
-    port = free_port()
-    cfg = config(work / f"{arm}.toml", url, port, work / "data", generator)
-    proc = start_cli(["run"] if arm == "http_in_run" else ["serve"], cfg, work / f"{arm}.log", port, 900)
-    if arm == "http_in_run":  # wait until the daemon is past its start-up (first probe) and cycling
-        deadline = time.monotonic() + 1800
-        while in_run_phase(url) is None and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(1)
-        if in_run_phase(url) is None:
+    port, run = free_port(), ARM_RUN[arm]
+    cfg = config(work / f"{arm}.toml", url, port, work / f"data-{arm}", generator, run, arm == "http_run_paused",
+                 work_nice)
+    proc = start_cli(["run"] if arm in DAEMON_ARMS else ["serve"], cfg, work / f"{arm}.log", port, 900)
+    if arm in DAEMON_ARMS:  # wait until the daemon is past its start-up (first probe) and cycling;
+        # the idle one (a fresh run starts at "rl") until its one phase is over
+        ready = (lambda p: p is not None) if arm == "http_in_run" else (lambda p: p not in (None, "rl"))
+        if not ready(wait_phase(url, run, proc, ready)):
             stop(proc)
             raise RuntimeError(f"propel run did not start cycling: {(work / f'{arm}.log').read_text()[-3000:]}")
     return proc, f"http://127.0.0.1:{port}"
 
 
-def http_round(url: str, api: str, arm: str, n: int, consumers: int, batch: int, offset: int) -> dict[str, Any]:
-    run_id = run_id_of(url)
+def wait_phase(url: str, run: str, proc: subprocess.Popen[bytes], done: Callable[[str | None], bool],
+               timeout_s: float = 1800) -> str | None:
+    """Poll the run's stored phase until ``done(phase)`` (or the timeout, or the process exits); returns it."""
+    deadline = time.monotonic() + timeout_s
+    phase = in_run_phase(url, run)
+    while not done(phase) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(1)
+        phase = in_run_phase(url, run)
+    return phase
+
+
+def http_round(url: str, api: str, arm: str, n: int, consumers: int, batch: int, offset: int,
+               freeze: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+    """Seed and drain through ``api``; ``freeze``: a process group stopped (SIGSTOP) for the drain only
+    (after seeding: a stopped daemon may hold row locks the seeding's UPDATE would wait for)."""
+    run = ARM_RUN[arm]
+    run_id = run_id_of(url, run)
     seeded = seed(url, n, run_id, offset)
-    res: dict[str, Any] = drain(consume_http, api, run_id, consumers, batch, seeded)
-    if arm == "http_in_run":
-        res["daemon_phase_after"] = in_run_phase(url)
+    if freeze is not None:
+        os.killpg(freeze.pid, signal.SIGSTOP)
+    try:
+        res: dict[str, Any] = drain(consume_http, api, run_id, consumers, batch, seeded)
+    finally:
+        if freeze is not None:
+            os.killpg(freeze.pid, signal.SIGCONT)
+    if arm in DAEMON_ARMS:
+        res["daemon_phase_after"] = in_run_phase(url, run)
     return res
+
+
+def thread_nices(pid: int) -> dict[str, int]:
+    """How many of a process's threads run at each niceness (``/proc/PID/task/*/stat`` field 19; Linux)."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            counts[stat.read_text().rsplit(")", 1)[1].split()[16]] += 1
+        except (OSError, IndexError):  # a thread that ended meanwhile
+            continue
+    return dict(sorted(counts.items()))
 
 
 def plot(res: dict[str, dict[str, Any]], path: Path, title: str) -> None:
@@ -137,7 +194,8 @@ def ratios(res: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
     return {"store_vs_bare": r("store", "bare_sql"), "store_select_vs_store": r("store_select", "store"),
             "http_in_run_vs_serve": r("http_in_run", "http"),
-            "http_in_run_vs_serve_beside_run": r("http_in_run", "http_beside_run")}
+            "http_in_run_vs_serve_beside_run": r("http_in_run", "http_beside_run"),
+            "http_in_run_vs_run_paused": r("http_in_run", "http_run_paused")}
 
 
 def median_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,12 +205,15 @@ def median_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_rounds(url: str, arms: list[str], args: argparse.Namespace, apis: dict[str, str],
-               samples: dict[str, list[dict[str, Any]]], offset: int) -> int:
-    """``args.rounds`` interleaved rounds of ``arms``; returns the next free seed offset."""
+               samples: dict[str, list[dict[str, Any]]], offset: int,
+               freeze: dict[str, subprocess.Popen[bytes]] | None = None) -> int:
+    """``args.rounds`` interleaved rounds of ``arms``; returns the next free seed offset.
+    ``freeze``: per arm, a process stopped while that arm drains."""
     for rnd in range(args.rounds):
         for arm in arms:
             if arm in apis:
-                r = http_round(url, apis[arm], arm, args.tasks, args.consumers, args.batch, offset)
+                r = http_round(url, apis[arm], arm, args.tasks, args.consumers, args.batch, offset,
+                               (freeze or {}).get(arm))
             else:
                 r = run_arm(arm, url, args.tasks, args.consumers, args.batch, offset)
             offset += args.tasks
@@ -169,8 +230,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every arm; the median is kept")
     ap.add_argument("--no-in-run", action="store_true", help="skip the (slow) propel run arms")
+    ap.add_argument("--work-nice", type=int, default=None,
+                    help="the daemons' api.work_nice (default: the config default); another value writes "
+                         "queue_throughput_work_nice<N>.json")
     args = ap.parse_args()
+    from daemon.config import PropelConfig
+
+    work_nice = PropelConfig().api.work_nice if args.work_nice is None else args.work_nice
+    name = "queue_throughput" if work_nice == PropelConfig().api.work_nice else f"queue_throughput_work_nice{work_nice}"
     samples: dict[str, list[dict[str, Any]]] = {}
+    load = {"start": os.getloadavg()}
+    nices: dict[str, dict[str, int]] = {}
     with scratch_postgres() as url, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         serve, serve_api = start_http_arm(url, "http", work, None)
@@ -181,23 +251,30 @@ def main() -> None:
                 from curriculum.bootstrap import bootstrap
 
                 gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
-                daemon, run_api = start_http_arm(url, "http_in_run", work, gen)
+                daemon, run_api = start_http_arm(url, "http_in_run", work, gen, work_nice)
+                idle: subprocess.Popen[bytes] | None = None
                 try:
-                    run_rounds(url, ["http_beside_run", "http_in_run"], args,
-                               {"http_beside_run": serve_api, "http_in_run": run_api}, samples, offset)
+                    idle, idle_api = start_http_arm(url, "http_run_paused", work, gen, work_nice)
+                    run_rounds(url, ["http_beside_run", "http_in_run", "http_run_paused"], args,
+                               {"http_beside_run": serve_api, "http_in_run": run_api, "http_run_paused": idle_api},
+                               samples, offset, freeze={"http_run_paused": daemon})
+                    nices = {"http_in_run": thread_nices(daemon.pid), "http_run_paused": thread_nices(idle.pid)}
                 finally:
                     stop(daemon)
+                    if idle is not None:
+                        stop(idle)
         finally:
             stop(serve)
+    load["end"] = os.getloadavg()
     res = {a: median_sample(s) for a, s in samples.items()}
     rat = ratios(res)
-    write_result("queue_throughput", {"tasks": args.tasks, "consumers": args.consumers, "batch": args.batch,
-                                      "rounds": args.rounds, "arms": res, "ratios": rat,
-                                      "goals": {"store_vs_bare": 0.7, "http_tasks_per_s": 2000,
-                                                "http_in_run_vs_serve": 0.8}})
-    plot(res, RESULTS / "queue_throughput.png",
+    write_result(name, {"tasks": args.tasks, "consumers": args.consumers, "batch": args.batch,
+                        "rounds": args.rounds, "work_nice": work_nice, "benchmark_nice": os.nice(0),
+                        "daemon_threads_by_nice": nices, "load_average_1_5_15": load, "arms": res, "ratios": rat,
+                        "goals": {"store_vs_bare": 0.7, "http_tasks_per_s": 2000, "http_in_run_vs_serve": 0.8}})
+    plot(res, RESULTS / f"{name}.png",
          f"frontier queue on PostgreSQL, {args.consumers} consumers, batch {args.batch}, {os.cpu_count()} CPUs "
-         f"(median of {args.rounds} rounds)")
+         f"(median of {args.rounds} rounds, api.work_nice {work_nice})")
     print({k: None if v is None else round(v, 3) for k, v in rat.items()})
 
 

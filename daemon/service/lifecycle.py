@@ -27,6 +27,7 @@ from daemon.config import PropelConfig
 from daemon.loop.driver import CycleReport, Driver
 from daemon.loop.state import StateError
 from daemon.service.lease import LeaderLease, make_lease
+from daemon.service.priority import WorkPriority
 from daemon.service.settings import build_store
 
 log = logging.getLogger("propel.service")
@@ -38,6 +39,7 @@ class RunOptions:
     cycles: int | None = None  # run this many more cycles, then exit
     until_cycle: int | None = None  # or run until the stored cycle counter reaches this
     max_consecutive_failures: int = 10
+    work_nice: int = 0  # added to the niceness of the thread running phases (``api.work_nice`` with the API on)
     on_report: Callable[[CycleReport], None] = lambda r: None
 
 
@@ -50,11 +52,13 @@ class _Loop:
     failures: int = 0
     exit_code: int = EXIT_OK
     busy: threading.Lock = field(default_factory=threading.Lock)
+    priority: WorkPriority = field(default_factory=lambda: WorkPriority(0))
 
     def job(self) -> None:
-        """One scheduler tick: one phase (skipped when stopping)."""
+        """One scheduler tick: one phase (skipped when stopping), at the work priority."""
         if self.stop.is_set():
             return
+        self.priority.apply()
         with self.busy:
             try:
                 report = self.driver.tick()
@@ -129,7 +133,7 @@ def run_loop(driver: Driver, cfg: PropelConfig, options: RunOptions, stop: threa
         start_cycle + options.cycles if options.cycles is not None else None)
     if target is not None and start_cycle >= target:
         return EXIT_OK
-    loop = _Loop(driver, stop, target, options)
+    loop = _Loop(driver, stop, target, options, priority=WorkPriority(options.work_nice))
     # a tick that finds the previous phase still running is skipped by design (max_instances=1):
     # APScheduler's warning for it would flood the terminal during every long RL chunk
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)

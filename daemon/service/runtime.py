@@ -127,7 +127,8 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
             progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
             return stop
 
-    options = RunOptions(cycles=cycles, until_cycle=until_cycle, on_report=progress)
+    options = RunOptions(cycles=cycles, until_cycle=until_cycle, on_report=progress,
+                         work_nice=cfg.api.work_nice if serve_api else 0)
     try:
         return serve(cfg, store, run_id, build_driver, options, progress.say, start_api)
     finally:

@@ -55,6 +55,7 @@ VALUES: dict[str, Any] = {
     "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
     "alerts.rules": [{"name": "v", "metric": "validity", "comparator": "<", "threshold": 0.2}],
     "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
+    "api.work_nice": 5,
     "daemon.sample_size": 48, "daemon.tick_interval_s": 0.2, "daemon.retrain_min_false_positives": 3,
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
     "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
@@ -75,7 +76,7 @@ READ_IN_SERVICE = {
     "reference.model", "probes.layer", "probes.pooling", "probes.ensemble", "probes.members", "probes.train_samples",
     "probes.corpus_labelling", "probes.active_pool_factor", "probes.active_seed_share", "probes.active_rounds",
     "probes.active_members", "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host",
-    "api.port", "daemon.tick_interval_s",
+    "api.port", "api.work_nice", "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
     "store.url",
 }
@@ -392,6 +393,45 @@ def _reads_in_daemon() -> set[str]:
 def test_service_fields_are_read_by_the_daemon() -> None:
     reads = _reads_in_daemon() | {"store.url"}  # store.url is read through cfg.database_url
     assert reads >= READ_IN_SERVICE, f"never read: {sorted(READ_IN_SERVICE - reads)}"
+
+
+def test_work_nice_reaches_the_run_loop_only_with_the_api(monkeypatch: pytest.MonkeyPatch, cfg: PropelConfig) -> None:
+    """``api.work_nice`` becomes the run loop's work niceness when ``propel run`` serves the API, 0 without it."""
+    from daemon.loop.progress import Progress
+    from daemon.service import runtime
+
+    seen: list[int] = []
+
+    def serve(*args: Any) -> int:
+        seen.append(args[4].work_nice)  # serve(cfg, store, run_id, build_driver, options, say, start_api)
+        return 0
+
+    monkeypatch.setattr(runtime, "open_run", lambda c: (_FakeStore(), 1))
+    monkeypatch.setattr(runtime, "check_endpoints", lambda c: None)
+    monkeypatch.setattr(runtime, "check_domain", lambda c: None)
+    monkeypatch.setattr(runtime, "ServiceHooks", lambda *a: _FakeHooks())
+    monkeypatch.setattr(runtime, "serve", serve)
+    for serve_api in (True, False):
+        runtime.run(cfg, cycles=1, until_cycle=None, serve_api=serve_api, progress=Progress(json_mode=True))
+    assert seen == [VALUES["api.work_nice"], 0]
+
+
+class _FakeStore:
+    def dispose(self) -> None:
+        pass
+
+
+class _FakeHooks:
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("value", [-1, 20])
+def test_work_nice_out_of_range_names_the_fix(value: int) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"api": {"work_nice": value}}, env={})
+    assert err.value.problems == [("api.work_nice", f"{value} is outside 0..19: set api.work_nice = 10 (the default), "
+                                                    "or 0 to turn it off")]
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED_KEYS))
