@@ -23,7 +23,7 @@ freshly seeded tasks (realistic ~0.7 kB messages) with the same consumers and ba
                        after seeding, SIGCONT after the drain): a daemon's API with the CPU to itself.
                        The three are skipped with ``--no-in-run``.
 
-Both daemons run with the default ``api.work_nice`` (training work niced, the API's threads not).
+Both daemons run with the config's ``api.work_nice`` (0 = off by default; ``--work-nice N`` sets it).
 
 Reports tasks/s, p50/p99 lease latency, and checks nothing was delivered twice or lost.
 

@@ -371,14 +371,15 @@ class ApiConfig(_Section):
     port: int = Field(default=8787, ge=0, le=65535)
     token: str | None = Field(default=None, repr=False)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
-    work_nice: int = Field(default=10, description="inside `propel run`: the training work's threads run this much "
-                           "nicer than the API's (Linux; 0 = off, 19 = lowest)")
+    work_nice: int = Field(default=0, description="inside `propel run`: the training work's threads run this much "
+                           "nicer than the API's (Linux; 0 = off, 19 = lowest; off by default: no API gain measured, "
+                           "docs/QUEUE.md)")
 
     @field_validator("work_nice")
     @classmethod
     def _nice_range(cls, value: int) -> int:
         if not 0 <= value <= 19:
-            raise ValueError(f"{value} is outside 0..19: set api.work_nice = 10 (the default), or 0 to turn it off")
+            raise ValueError(f"{value} is outside 0..19: set api.work_nice between 0 (off, the default) and 19")
         return value
 
 

@@ -1,6 +1,6 @@
 """The API first: a ``propel run`` that serves the API runs its training work at a lower CPU priority.
 
-``api.work_nice`` (default 10, 0 = off) is added to the niceness of the threads that run the
+``api.work_nice`` (0 = off, the default) is added to the niceness of the threads that run the
 daemon's phases — RL chunks, sampling, spot-checks, probe retraining, and every thread they start
 (torch's OpenMP workers are started by the thread that first runs a parallel op, and a new thread
 inherits its creator's niceness). The main thread, the heartbeat and the API's threads (uvicorn's

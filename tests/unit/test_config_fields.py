@@ -430,8 +430,8 @@ class _FakeHooks:
 def test_work_nice_out_of_range_names_the_fix(value: int) -> None:
     with pytest.raises(ConfigError) as err:
         config_from_mapping({"api": {"work_nice": value}}, env={})
-    assert err.value.problems == [("api.work_nice", f"{value} is outside 0..19: set api.work_nice = 10 (the default), "
-                                                    "or 0 to turn it off")]
+    assert err.value.problems == [("api.work_nice", f"{value} is outside 0..19: set api.work_nice between 0 "
+                                                    "(off, the default) and 19")]
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED_KEYS))
