@@ -58,6 +58,7 @@ from probes.reference import FrozenReference
 from probes.sweep import Split
 from probes.training import train_probe
 
+SAMPLING = Sampling(seed=1)  # the labelling trials' seed
 TRAIN = TrainConfig(max_epochs=60, patience=8, lr=3e-3)
 #: The head the SWE defaults train (probes.architecture = "mlp", probes.balance = "weighted").
 DEFAULT_HEAD = ("mlp", "weighted")
@@ -94,10 +95,25 @@ def replay_turns(task: Task) -> list[dict[str, Any]]:
             {"content": f"repo: {p['repo']}\n{changed}", "tool_calls": [], "tool_results": []}]
 
 
+def success_probabilities(solver: SyntheticSweSolver, tasks: list[Task]) -> np.ndarray:
+    return np.array([solver.success_probability(str(t.payload["operator"]), str(t.payload["patch"]),
+                                                len(t.payload["fail_to_pass"])) for t in tasks])
+
+
+def bugs_detail(domain: SweDomain, solver: SyntheticSweSolver, tasks: list[Task],
+                labels: list[LabelValue]) -> list[dict[str, Any]]:
+    """Per bug: repository, spec, failing tests, the solver's success probability, how many of its k answers
+    were the reference fix (re-drawn: the draws are seeded) and how many trials the suite graded solved."""
+    answers = solver.generate([domain.solver_prompt(t) for t in tasks], swe_band().k, SAMPLING)
+    return [{"repo": t.payload["repo"], "spec": t.payload["spec"], "fail_to_pass": len(t.payload["fail_to_pass"]),
+             "p_success": round(float(p), 3), "correct_answers": sum(bool(a.meta.get("correct")) for a in row),
+             "solved": lab.solved, "valid": lab.valid_trials}
+            for t, lab, p, row in zip(tasks, labels, success_probabilities(solver, tasks), answers, strict=True)]
+
+
 def oracle(solver: SyntheticSweSolver, tasks: list[Task], y: np.ndarray) -> dict[str, float]:
     """BA and AUC of the solver's own in-band probability (threshold 0.5) against the labels."""
-    p = np.array([solver.success_probability(str(t.payload["operator"]), str(t.payload["patch"]),
-                                             len(t.payload["fail_to_pass"])) for t in tasks])
+    p = success_probabilities(solver, tasks)
     q = 1 - p**3 - (1 - p) ** 3
     return {"balanced_accuracy": round(balanced_accuracy(y, (q >= 0.5).astype(int)), 3),
             "roc_auc": round(float(roc_auc(y, q)), 3)}
@@ -158,7 +174,7 @@ def main() -> None:
     tasks, episodes = build_corpus(domain, args.repos, args.per_repo, args.seed)
     corpus_s = time.monotonic() - started
     solver = SyntheticSweSolver(domain.cache.root, seed=0)
-    labels = label_tasks(domain, solver, tasks, swe_band(), Sampling(seed=1))
+    labels = label_tasks(domain, solver, tasks, swe_band(), SAMPLING)
     keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
     tasks, labels = [tasks[i] for i in keep], [labels[i] for i in keep]
     y = np.array([int(bool(lab.in_band)) for lab in labels])
@@ -175,6 +191,8 @@ def main() -> None:
         split: sweep_table(features, y, rates, groups, split, folds, seeds, specs) for split in splits}
     data = summary(args, tasks, labels, y, episodes, table, oracle(solver, tasks, y), folds, solver.solver_id)
     data["pooled_out_of_fold_balanced_accuracy"] = pooled_oof(features, y, groups, folds, seeds, specs)
+    data["bugs_detail"] = bugs_detail(domain, solver, tasks, labels)
+    data["reference_fixes_graded_unsolved"] = sum(b["correct_answers"] - b["solved"] for b in data["bugs_detail"])
     data["seconds"] = {"corpus": round(corpus_s, 1), "labels": round(label_s, 1),
                        "total": round(time.monotonic() - started, 1)}
     path = write_result("swe_probe", data)
