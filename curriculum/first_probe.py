@@ -49,6 +49,13 @@ class LabelledCorpus:
         return [t for t, lab in zip(self.texts, self.labels, strict=True) if lab.in_band]
 
 
+def task_groups(domain: Domain, tasks: Sequence[Task]) -> list[str | None] | None:
+    """Each task's validation group for ``probes.validation = "grouped"`` (SWE: its repository), from the
+    domain's optional ``validation_group(task)``; ``None`` when the domain has no groups."""
+    group = getattr(domain, "validation_group", None)
+    return None if group is None else [group(t) for t in tasks]
+
+
 def distinct_valid_tasks(domain: Domain, completions: Sequence[str]) -> list[Task]:
     """The valid tasks among generator ``completions``, each once (first occurrence order)."""
     checks = [v for v in domain.validate_batch(list(completions)) if v.valid]

@@ -145,6 +145,18 @@ class ProbesConfig(_Section):
         default=0.5, gt=0, lt=1, description="probability above which a task is probe-high")
     ece_ceiling: float = Field(default=0.15, gt=0, le=1, description="`propel probes sweep` selects among "
                                "cells whose validation ECE is at most this (its --ece-ceiling default)")
+    validation: Literal["kfold", "grouped"] = Field(
+        default="kfold", description="how probe training holds rows out for validation and selection: kfold = "
+        "shuffled rows; grouped = whole groups (SWE: repositories), none on both sides (the first probe's "
+        "validation rows, and `propel probes sweep --split` when set; docs/PROBES.md)")
+    balance: Literal["balanced", "weighted"] = Field(
+        default="balanced", description="class balance of probe training: balanced = majority class downsampled "
+        "to the minority; weighted = every row kept, positives weighted negatives/positives in the loss")
+
+    @property
+    def train_balance(self) -> str:
+        """``balance`` as :func:`probes.training.train_probe` names it."""
+        return "downsample" if self.balance == "balanced" else "weighted"
 
 
 class SolverConfig(_Section):
@@ -487,7 +499,9 @@ class PropelConfig(_Section):
 #: What a domain needs where the file says nothing (applied before validation, so a key the file sets
 #: wins). ``swe`` on CPU: the tiny spec generator, the synthetic SWE solver, the SWE band (k = 3,
 #: in band at 1–2 solves of ≥ 2 valid trials) and small samples, because every new task costs a
-#: verified episode (~2.4 s of sandboxed test runs) and every RL completion is verified too.
+#: verified episode (~2.4 s of sandboxed test runs) and every RL completion is verified too; probes
+#: validate across repositories (a repository never on both sides) with a class-weighted loss (few
+#: labelled bugs: downsampling would throw most of them away).
 DOMAIN_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "swe": {
         "domain": {"options": {"prompt_style": "tiny"}},
@@ -495,7 +509,7 @@ DOMAIN_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "solver": {"backend": "synthetic-swe"},
         "spotcheck": {"k": 3, "band_lo": 1, "band_hi": 2, "min_valid_trials": 2, "budget_per_cycle": 8,
                       "budget_per_hour": 256},
-        "probes": {"train_samples": 64},
+        "probes": {"train_samples": 64, "validation": "grouped", "balance": "weighted"},
         "rl": {"steps_per_chunk": 4, "batch_size": 8, "num_generations": 4},
         "daemon": {"sample_size": 32},
         "alerts": {"sample_size": 24},

@@ -15,7 +15,7 @@ from probes.fingerprint import model_fingerprint
 from probes.heads import ARCHITECTURES, ProbeHead, sigmoid
 from probes.inputs import FeatureSpec, TextInput, Trajectory
 from probes.metrics import ProbeMetrics, evaluate, expected_calibration_error, rvp, rvp_of
-from probes.pooling import POOLINGS, pool, pool_sequence, pooled_dim
+from probes.pooling import POOLINGS, TURN_POOLINGS, pool, pool_sequence, pooled_dim
 from probes.reference import FrozenReference, ReferenceChangedError
 from probes.report import save_sweep
 from probes.sweep import SweepConfig, SweepResult, SweepRow, run_sweep, select
@@ -25,6 +25,7 @@ __all__ = [
     "ARCHITECTURES",
     "BALANCES",
     "POOLINGS",
+    "TURN_POOLINGS",
     "Band",
     "CacheKey",
     "DatasetError",

@@ -20,6 +20,7 @@ from rich.console import Console
 from probes import (
     ARCHITECTURES,
     BALANCES,
+    TURN_POOLINGS,
     Band,
     DatasetError,
     ExtractionConfig,
@@ -46,8 +47,12 @@ from probes import (
 from probes.data import labels_for
 from probes.inputs import TextInput
 from probes.progress import ProgressReporter
+from probes.sweep import Split
 
 console = Console(stderr=True)
+#: ``--split`` choices → :class:`SweepConfig` splits (``grouped`` is ``probes.validation = "grouped"``).
+SWEEP_SPLITS: dict[str, Split] = {"random": "random", "kfold": "kfold", "grouped": "group_kfold",
+                                "group-kfold": "group_kfold"}
 
 
 @contextmanager
@@ -136,9 +141,13 @@ def probes() -> None:
 @click.option("--poolings", default="last_token,mean_full", show_default=True, callback=_csv(str))
 @click.option("--archs", default="linear,mlp", show_default=True, callback=_csv(str), help=", ".join(ARCHITECTURES))
 @click.option("--balances", default="downsample", show_default=True, callback=_csv(str), help=", ".join(BALANCES))
-@click.option("--turn-pooling", help="Aggregate per-turn vectors with this pooling (multi-turn data).")
-@click.option("--split", type=click.Choice(["random", "group-kfold"]), default="random", show_default=True)
-@click.option("--folds", default=5, show_default=True, type=int, help="Folds for --split group-kfold.")
+@click.option("--turn-poolings", "--turn-pooling", "turn_poolings", default="", callback=_csv(str),
+              help=f"Comma-separated turn poolings ({', '.join(TURN_POOLINGS)}) aggregating per-turn vectors "
+              "(multi-turn data; a plain text is one turn); none = plain texts.")
+@click.option("--split", type=click.Choice(list(SWEEP_SPLITS)), default="random", show_default=True,
+              help="random 80/10/10; kfold over rows; grouped (= group-kfold): K-fold by group, no group "
+              "(repository) in both train and validation.")
+@click.option("--folds", default=5, show_default=True, type=int, help="Folds for --split kfold / grouped.")
 @click.option("--ece-ceiling", default=0.2, show_default=True, type=float, help="Selection calibration ceiling.")
 @click.option("--rvp-sample", type=click.Path(path_type=Path), help="JSONL of policy samples {text, valid?}.")
 @click.option("--invalid-reward", default=-20.0, show_default=True, type=float, help="RVP floor for valid=false.")
@@ -151,8 +160,8 @@ def sweep(**opts: Any) -> None:
         train = TrainConfig(lr=opts["lr"], max_epochs=opts["max_epochs"], patience=opts["patience"], seed=opts["seed"])
         config = SweepConfig(
             layers=tuple(opts["layers"]), poolings=tuple(opts["poolings"]), architectures=tuple(opts["archs"]),
-            balances=tuple(opts["balances"]), turn_pooling=opts["turn_pooling"],
-            split="random" if opts["split"] == "random" else "group_kfold", n_folds=opts["folds"],
+            balances=tuple(opts["balances"]), turn_poolings=tuple(opts["turn_poolings"]) or (None,),
+            split=SWEEP_SPLITS[opts["split"]], n_folds=opts["folds"],
             seeds=(opts["seed"],), ece_ceiling=opts["ece_ceiling"], train=train,
         )  # fmt: skip
     except ValueError as exc:

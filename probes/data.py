@@ -98,6 +98,16 @@ def random_split(n: int, seed: int = 0, fractions: tuple[float, float, float] = 
     return [np.sort(order[:n_train]), np.sort(order[n_train : n_train + n_val]), np.sort(order[n_train + n_val :])]
 
 
+def random_kfold(n: int, n_folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_folds`` (train, held-out) pairs over a seeded shuffle of the rows, ignoring any group: the
+    split that lets one repository sit on both sides (what grouped K-fold is compared against)."""
+    if n_folds < 2 or n < n_folds:
+        raise ValueError(f"k-fold needs ≥ 2 folds and ≥ n_folds rows (got {n} rows, {n_folds} folds)")
+    fold_idx = np.empty(n, dtype=int)
+    fold_idx[np.random.default_rng(seed).permutation(n)] = np.arange(n) % n_folds
+    return [(np.flatnonzero(fold_idx != f), np.flatnonzero(fold_idx == f)) for f in range(n_folds)]
+
+
 def grouped_kfold(groups: Sequence[str | None], n_folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n_folds`` (train, held-out) pairs; every group sits in exactly one held-out fold.
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from probes.pooling import pooled_dim, validate_pooling
+from probes.pooling import pooled_dim, turn_pooled_dim, validate_pooling, validate_turn_pooling
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,8 @@ class FeatureSpec:
     ``layer`` indexes ``output_hidden_states``: 0 is the embedding output, ``n_layers`` the last
     block (after the final norm); negative values count from the end (-1 = last). With
     ``turn_pooling`` set, ``pooling`` is applied within each assistant turn and the per-turn
-    vectors are aggregated with ``turn_pooling`` (a plain text then counts as one turn).
+    vectors are aggregated with ``turn_pooling`` (``probes.pooling.TURN_POOLINGS`` — mean, last,
+    last_half, attention — or a token pooling; a plain text then counts as one turn).
     """
 
     layer: int
@@ -27,7 +28,7 @@ class FeatureSpec:
     def __post_init__(self) -> None:
         validate_pooling(self.pooling)
         if self.turn_pooling is not None:
-            validate_pooling(self.turn_pooling)
+            object.__setattr__(self, "turn_pooling", validate_turn_pooling(self.turn_pooling))
 
     @property
     def name(self) -> str:
@@ -37,7 +38,7 @@ class FeatureSpec:
     def output_dim(self, hidden_size: int) -> int:
         """Width of this feature for a reference model of width ``hidden_size``."""
         dim = pooled_dim(hidden_size, self.pooling)
-        return dim if self.turn_pooling is None else pooled_dim(dim, self.turn_pooling)
+        return dim if self.turn_pooling is None else turn_pooled_dim(dim, self.turn_pooling)
 
     def to_dict(self) -> dict[str, object]:
         return {"layer": self.layer, "pooling": self.pooling, "turn_pooling": self.turn_pooling}

@@ -21,6 +21,15 @@ name                   D       definition over the valid tokens ``v_1 … v_n`` 
 =====================  ======  ===========================================================
 
 A row with no valid token is an error (``ValueError``), never a silent zero vector.
+
+Turn poolings (:data:`TURN_POOLINGS`, ``FeatureSpec.turn_pooling``) aggregate the per-turn vectors
+``t_1 … t_m`` of a multi-turn trajectory (one per generated agent turn) into one vector:
+``mean`` (= ``mean_full``), ``last`` (= ``last_token``: the final turn), ``last_half`` (=
+``mean_last_half``: the later ``ceil(m / 2)`` turns) and ``attention``: parameter-free dot-product
+attention with the last turn as the query, ``sum_i w_i t_i`` with
+``w = softmax(cos(t_i, t_m) / ATTENTION_TEMPERATURE)`` (turns that look like the final one weigh more;
+no trained weights, so the feature stays a pure function of the reference). Every token pooling
+name is accepted as a turn pooling too.
 """
 
 from __future__ import annotations
@@ -41,6 +50,11 @@ POOLINGS: tuple[str, ...] = (
     "first_last_concat",
     "mean_std_concat",
 )
+#: Turn poolings for trajectories (module docstring); ``last-half`` is accepted for ``last_half``.
+TURN_POOLINGS: tuple[str, ...] = ("mean", "last", "last_half", "attention")
+_TURN_ALIASES = {"mean": "mean_full", "last": "last_token", "last_half": "mean_last_half"}
+#: Softmax temperature of the ``attention`` turn pooling (over cosine similarities in [-1, 1]).
+ATTENTION_TEMPERATURE = 0.1
 _MEAN_LAST = re.compile(r"^mean_last_([1-9][0-9]*)$")
 _DOUBLE_WIDTH = frozenset({"first_last_concat", "mean_std_concat"})
 
@@ -120,9 +134,41 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor
     return torch.cat([mean, var.sqrt()], dim=-1)
 
 
+def validate_turn_pooling(name: str) -> str:
+    """``name`` in canonical form (``last-half`` → ``last_half``) if it is a turn pooling
+    (:data:`TURN_POOLINGS` or any token pooling), else ``ValueError``."""
+    canonical = name.replace("-", "_")
+    if canonical in TURN_POOLINGS:
+        return canonical
+    try:
+        return validate_pooling(name)
+    except ValueError:
+        raise ValueError(f"unknown turn pooling {name!r}; choose one of {', '.join(TURN_POOLINGS)} "
+                         "or a token pooling") from None
+
+
+def turn_pooled_dim(dim: int, turn_pooling: str) -> int:
+    """Width after aggregating ``dim``-wide turn vectors with ``turn_pooling``."""
+    name = validate_turn_pooling(turn_pooling)
+    return dim if name == "attention" else pooled_dim(dim, _TURN_ALIASES.get(name, name))
+
+
+def attention_pool(vectors: torch.Tensor, temperature: float = ATTENTION_TEMPERATURE) -> torch.Tensor:
+    """``sum_i softmax(cos(v_i, v_last) / temperature)_i · v_i`` over ``vectors`` ``(N, D)``."""
+    vectors = vectors.float()
+    query = vectors[-1]
+    cos = torch.nn.functional.cosine_similarity(vectors, query.unsqueeze(0), dim=-1, eps=1e-8)
+    weights = torch.softmax(cos / temperature, dim=0)
+    return (weights.unsqueeze(-1) * vectors).sum(dim=0)
+
+
 def pool_sequence(vectors: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Aggregate a sequence of vectors ``(N, D)`` (e.g. one per assistant turn) into one ``(D')``."""
+    """Aggregate a sequence of vectors ``(N, D)`` (e.g. one per assistant turn) into one ``(D')``
+    with a turn pooling (:func:`validate_turn_pooling`)."""
     if vectors.dim() != 2 or vectors.shape[0] == 0:
         raise ValueError(f"expected a non-empty (N, D) sequence of turn vectors, got {tuple(vectors.shape)}")
+    name = validate_turn_pooling(pooling)
+    if name == "attention":
+        return attention_pool(vectors)
     mask = torch.ones(1, vectors.shape[0], dtype=torch.long, device=vectors.device)
-    return pool(vectors.unsqueeze(0), mask, pooling)[0]
+    return pool(vectors.unsqueeze(0), mask, _TURN_ALIASES.get(name, name))[0]

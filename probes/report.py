@@ -50,6 +50,11 @@ def _plain(value: object) -> object:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def _column(row: SweepRow) -> str:
+    """Heatmap column: the token pooling, with the turn pooling when there is one."""
+    return row.pooling if row.turn_pooling is None else f"{row.pooling}/turns:{row.turn_pooling}"
+
+
 def plot_heatmap(rows: list[SweepRow], path: str | Path, selected: SweepRow | None = None) -> Path:
     """Validation balanced accuracy heatmap (layer × pooling), faceted by architecture and balance."""
     import matplotlib
@@ -58,7 +63,7 @@ def plot_heatmap(rows: list[SweepRow], path: str | Path, selected: SweepRow | No
     import matplotlib.pyplot as plt
 
     layers = sorted({r.layer for r in rows})
-    poolings = list(dict.fromkeys(r.pooling for r in rows))
+    poolings = list(dict.fromkeys(_column(r) for r in rows))
     archs = list(dict.fromkeys(r.arch for r in rows))
     balances = list(dict.fromkeys(r.balance for r in rows))
     fig, axes = plt.subplots(
@@ -71,13 +76,13 @@ def plot_heatmap(rows: list[SweepRow], path: str | Path, selected: SweepRow | No
             grid = np.full((len(layers), len(poolings)), np.nan)
             for r in rows:
                 if r.arch == arch and r.balance == balance:
-                    grid[layers.index(r.layer), poolings.index(r.pooling)] = r.val_balanced_accuracy
+                    grid[layers.index(r.layer), poolings.index(_column(r))] = r.val_balanced_accuracy
             ax = axes[bi][ai]
             image = ax.imshow(grid, vmin=0.4, vmax=1.0, cmap="viridis", aspect="auto")
             for (li, pi), value in np.ndenumerate(grid):
                 if not np.isnan(value):
                     is_best = selected is not None and (selected.arch, selected.balance) == (arch, balance) and (
-                        selected.layer, selected.pooling) == (layers[li], poolings[pi])  # fmt: skip
+                        selected.layer, _column(selected)) == (layers[li], poolings[pi])  # fmt: skip
                     ax.text(pi, li, f"{value:.2f}" + ("*" if is_best else ""), ha="center", va="center", fontsize=7,
                             color="white" if value < 0.75 else "black")  # fmt: skip
             ax.set_xticks(range(len(poolings)), poolings, rotation=45, ha="right", fontsize=7)

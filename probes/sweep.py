@@ -1,9 +1,12 @@
 """Probe sweep over layer × pooling × architecture × balance, and the selection rule.
 
 Splits: ``random`` = seeded 80/10/10 train/val/test (early stopping and selection on val, test
-reported); ``group_kfold`` = grouped K-fold (groups = repository or topic, none in two folds);
-each fold's held-out part is used for early stopping *and* scoring, as in the paper's
-cross-repository protocol, which makes fold scores slightly optimistic.
+reported); ``kfold`` = K-fold over shuffled rows (groups ignored: one repository may sit in both
+train and validation); ``group_kfold`` = grouped K-fold (groups = repository or topic, none in two
+folds). In both K-fold splits each fold's held-out part is used for early stopping *and* scoring, as
+in the paper's cross-repository protocol, which makes fold scores slightly optimistic.
+
+Turn poolings: ``turn_poolings`` is a grid axis like ``poolings`` (``None`` = plain texts).
 
 Selection (:func:`select`): among cells with validation ECE ≤ ``ece_ceiling`` (all cells when
 none qualifies, flagged by ``ece_constraint_met=False``), take the best validation balanced
@@ -19,13 +22,15 @@ from typing import Literal
 
 import numpy as np
 
-from probes.data import grouped_kfold, random_split
+from probes.data import grouped_kfold, random_kfold, random_split
 from probes.heads import ProbeHead
 from probes.inputs import FeatureSpec
 from probes.metrics import ProbeMetrics, evaluate, rvp
 from probes.training import TrainConfig, train_probe
 
 RewardFromLogits = Callable[[np.ndarray], np.ndarray]
+Split = Literal["random", "kfold", "group_kfold"]
+SPLITS: tuple[str, ...] = ("random", "kfold", "group_kfold")
 
 
 @dataclass(frozen=True)
@@ -34,8 +39,8 @@ class SweepConfig:
     poolings: tuple[str, ...]
     architectures: tuple[str, ...] = ("linear", "mlp")
     balances: tuple[str, ...] = ("downsample",)
-    turn_pooling: str | None = None
-    split: Literal["random", "group_kfold"] = "random"
+    turn_poolings: tuple[str | None, ...] = (None,)
+    split: Split = "random"
     n_folds: int = 5
     seeds: tuple[int, ...] = (0,)
     ece_ceiling: float | None = 0.2
@@ -45,15 +50,17 @@ class SweepConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
-        empty = [n for n in ("layers", "poolings", "architectures", "balances", "seeds") if not getattr(self, n)]
+        axes = ("layers", "poolings", "turn_poolings", "architectures", "balances", "seeds")
+        empty = [n for n in axes if not getattr(self, n)]
         if empty:
             raise ValueError(f"sweep grid has empty axes: {', '.join(empty)}")
-        if self.split not in ("random", "group_kfold"):
-            raise ValueError(f"split must be 'random' or 'group_kfold', got {self.split!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
 
     @property
     def specs(self) -> list[FeatureSpec]:
-        return [FeatureSpec(layer, pooling, self.turn_pooling) for layer in self.layers for pooling in self.poolings]
+        return [FeatureSpec(layer, pooling, turn) for layer in self.layers for pooling in self.poolings
+                for turn in self.turn_poolings]
 
 
 @dataclass
@@ -104,6 +111,8 @@ def _folds(config: SweepConfig, n: int, groups: Sequence[str | None] | None, see
     if config.split == "random":
         train, val, test = random_split(n, seed=seed)
         return [_Fold(train, val, test)]
+    if config.split == "kfold":
+        return [_Fold(tr, ho, None) for tr, ho in random_kfold(n, config.n_folds, seed=seed)]
     if groups is None:
         raise ValueError("split='group_kfold' needs a group for every row")
     return [_Fold(tr, ho, None) for tr, ho in grouped_kfold(groups, config.n_folds, seed=seed)]
@@ -193,7 +202,7 @@ def run_sweep(
                     progress(1)
     selected, met = select(rows, config)
     best_head = heads[selected]
-    if config.split == "group_kfold":
+    if config.split != "random":
         best_head = refit_all(features[rows[selected].spec], y, rows[selected], config)
     return SweepResult(rows, selected, met, config, best_head, _summary(rows[selected]))
 

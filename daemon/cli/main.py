@@ -98,9 +98,14 @@ def cli(ctx: click.Context, config_path: str | None, log_format: str, log_level:
     obj = ctx.ensure_object(dict)
     obj["config_path"] = config_path
     obj["log_format"] = log_format
-    if ctx.invoked_subcommand == "probes":  # the sweep's ECE ceiling defaults to probes.ece_ceiling
+    if ctx.invoked_subcommand == "probes":  # the sweep's defaults: probes.ece_ceiling, .validation, .balance
         cfg = get_config(ctx)
-        ctx.default_map = {"probes": {"sweep": {"ece_ceiling": cfg.probes.ece_ceiling}}}
+        sweep: dict[str, object] = {"ece_ceiling": cfg.probes.ece_ceiling}
+        if "validation" in cfg.probes.model_fields_set:  # set by the file or the domain's defaults
+            sweep["split"] = cfg.probes.validation
+        if "balance" in cfg.probes.model_fields_set:
+            sweep["balances"] = cfg.probes.train_balance
+        ctx.default_map = {"probes": {"sweep": sweep}}
 
 
 @cli.group("config")

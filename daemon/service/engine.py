@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from curriculum.artifacts import publish_model
-from curriculum.domains.base import Domain, Validity, get_domain
+from curriculum.domains.base import Domain, Task, Validity, get_domain
 from curriculum.first_probe import (
     ActiveSettings,
     LabelledCorpus,
@@ -25,6 +25,7 @@ from curriculum.first_probe import (
     label_corpus,
     label_corpus_actively,
     register_primaries,
+    task_groups,
 )
 from curriculum.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
@@ -150,9 +151,11 @@ class PropelEngine:
             corpus = self._offline_labels(self.cfg.probes.train_samples)
             x = self._features(corpus.texts)
         y = corpus.y
-        training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials}
+        groups = self._validation_groups(corpus.tasks)
+        training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials,
+                    "validation": "grouped" if groups else "kfold", "balance": self.cfg.probes.balance}
         probes = [self._fit(x, y, f"{self.cfg.run_name}-primary-{member}", seed=self.cfg.seed + member,
-                            training=training) for member in range(self.cfg.probes.members)]
+                            training=training, groups=groups) for member in range(self.cfg.probes.members)]
         register_primaries(self.store, self.run_id, self.artifacts, probes, self.run_dir / "probes",
                            self.reference.fingerprint)
 
@@ -184,10 +187,20 @@ class PropelEngine:
             out: np.ndarray = extractor.extract(texts, [self.spec], bar.advance)[self.spec]
         return out
 
-    def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any]) -> Probe:
+    def _validation_groups(self, tasks: Sequence[Task]) -> list[str | None] | None:
+        """``probes.validation = "grouped"``: each task's group (SWE: repository), else ``None``."""
+        if self.cfg.probes.validation != "grouped":
+            return None
+        groups = task_groups(self.domain, tasks)
+        if groups is None:
+            self.say(f"probes.validation = grouped: domain {self.domain.name} has no groups; validating on rows")
+        return groups
+
+    def _fit(self, x: np.ndarray, y: np.ndarray, name: str, seed: int, training: dict[str, Any],
+             groups: Sequence[str | None] | None = None) -> Probe:
         return fit_probe(x, y, reference=self.reference, spec=self.spec, band=self.band,
-                         arch=self.cfg.probes.architecture, config=TrainConfig(seed=seed), name=name,
-                         training=training)
+                         arch=self.cfg.probes.architecture, balance=self.cfg.probes.train_balance,
+                         config=TrainConfig(seed=seed), name=name, training=training, groups=groups)
 
     # ---- Engine protocol ---------------------------------------------------------------------
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:

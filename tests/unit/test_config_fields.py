@@ -35,6 +35,7 @@ VALUES: dict[str, Any] = {
     "probes.members": 2, "probes.train_samples": 99,
     "probes.corpus_labelling": "active", "probes.active_pool_factor": 2.0, "probes.active_seed_share": 0.25,
     "probes.active_rounds": 2, "probes.active_members": 1, "probes.frontier_threshold": 0.6, "probes.ece_ceiling": 0.11,
+    "probes.validation": "grouped", "probes.balance": "weighted",
     "solver.backend": "openai", "solver.base_url": "http://vllm:8000/v1", "solver.model": "m", "solver.timeout_s": 9.0,
     "solver.max_concurrency": 3, "solver.max_retries": 1, "solver.temperature": 0.7, "solver.max_tokens": 77,
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
@@ -75,7 +76,8 @@ READ_IN_SERVICE = {
     "data_dir", "run_name", "domain.name", "domain.options", "generator.model", "generator.bootstrap_steps",
     "reference.model", "probes.layer", "probes.pooling", "probes.ensemble", "probes.members", "probes.train_samples",
     "probes.corpus_labelling", "probes.active_pool_factor", "probes.active_seed_share", "probes.active_rounds",
-    "probes.active_members", "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host",
+    "probes.active_members", "probes.validation", "probes.balance",
+    "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host",
     "api.port", "api.work_nice", "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
     "store.url",
@@ -361,6 +363,17 @@ def test_ece_ceiling_is_the_sweep_default(tmp_path: Path) -> None:
     config.write_text("[probes]\nece_ceiling = 0.11\n")
     out = CliRunner().invoke(cli, ["--config", str(config), "probes", "sweep", "--help"], env={}).output
     assert "0.11" in " ".join(out.split()), out
+    assert "default: random" in " ".join(out.split()), out  # validation/balance unset: the sweep's own defaults
+
+
+def test_swe_validation_and_balance_are_the_sweep_defaults(tmp_path: Path) -> None:
+    from daemon.cli.main import cli
+
+    config = tmp_path / "c.toml"
+    config.write_text('[domain]\nname = "swe"\n')  # the domain defaults: grouped + weighted
+    out = " ".join(CliRunner().invoke(cli, ["--config", str(config), "probes", "sweep", "--help"], env={}).output
+                   .split())
+    assert "default: grouped" in out and "default: weighted" in out, out
 
 
 def _reads_in_daemon() -> set[str]:

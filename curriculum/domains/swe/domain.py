@@ -257,6 +257,11 @@ class SweDomain:
     def topic(self, task: Task) -> str:
         return str(task.payload.get("operator") or "patch")
 
+    def validation_group(self, task: Task) -> str | None:
+        """The probe-validation group (``probes.validation = "grouped"``): the bug's repository."""
+        repo = task.payload.get("repo")
+        return None if repo is None else str(repo)
+
     def grading_command(self, task: Task) -> str:
         """A shell command that grades a candidate fix (``fix.diff``) for this task locally, where the
         daemon's task memo is (``GRADING_COMMAND`` grades from an emitted message anywhere)."""

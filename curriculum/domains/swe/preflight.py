@@ -130,10 +130,19 @@ def judge(checkout: RepoCheckout, first: SuiteRun, second: SuiteRun, policy: Pre
     elif base["suite_s"] > policy.max_suite_s:
         reason = f"suite takes {base['suite_s']}s (limit {policy.max_suite_s}s)"
     elif len(flaky) + len(unstable) > policy.max_flaky_share * len(one):
-        reason = f"{len(flaky)} flaky tests (more than {policy.max_flaky_share:.0%})"
+        reason = _unstable_reason(flaky, unstable, len(one), policy.max_flaky_share)
     elif not grading:
         reason = "no test passes at baseline"
     return PreflightResult(status="excluded" if reason else "ok", reason=reason, **stats)
+
+
+def _unstable_reason(flaky: list[str], unstable: list[str], tests: int, max_share: float) -> str:
+    """Why a suite is too unstable, naming what is: tests whose outcome changed between the runs
+    (flaky) and/or test ids collected in one run only (e.g. parametrised ids built from the clock)."""
+    parts = [f"{len(flaky)} flaky tests (outcome differs between the two runs)"] if flaky else []
+    if unstable:
+        parts.append(f"{len(unstable)} test ids collected in only one of the two runs (e.g. {unstable[0]})")
+    return f"{' and '.join(parts)}: more than {max_share:.0%} of {tests} tests"
 
 
 def preflight_path(cache: RepoCache, content_hash: str) -> Path:
