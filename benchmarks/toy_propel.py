@@ -24,6 +24,13 @@ Rows (each trained from the bootstrapped tiny generator, evaluated **only** with
   second half under ``min(primary, aux)``. Same total step count as the single-probe run.
 * ``SIL`` — the engine's GRPO with reward = in-band indicator from ``k`` live solver attempts
   (online solver trials) instead of the probe reward.
+* ``PROPEL (active corpus)`` (on request, ``--rows``; issue #22 item 5) — PROPEL whose probe is trained on
+  an actively labelled corpus: the row's config sets ``probes.corpus_labelling = "active"`` with
+  ``probes.train_samples`` = ``--active-share`` (default 0.4) of the uniform corpus's solver trials (÷ k),
+  and the corpus is labelled by the daemon's own code for that setting
+  (:func:`daemon.service.settings.active_settings`, :func:`curriculum.first_probe.label_corpus_actively`)
+  on a pool of ``probes.active_pool_factor × train_samples`` base-policy samples; the probe is fitted like
+  PROPEL's ``mlp``. Its offline solver trials are the active corpus's.
 
 The solver is :class:`~curriculum.solvers.synthetic.SyntheticArithSolver` — a benchmark instrument
 (logistic success in task complexity), labelled as synthetic in the output. The frozen reference
@@ -31,11 +38,14 @@ the probes read is the bootstrapped generator itself (PROPEL's setup).
 
     .venv/bin/python -m benchmarks.toy_propel            # full run (~15-30 min on 2 shared CPU cores)
     .venv/bin/python -m benchmarks.toy_propel --quick    # tiny settings, a few minutes
+    .venv/bin/python -m benchmarks.toy_propel --rows "Base,PROPEL,SIL,PROPEL (active corpus)" \
+        --name toy_propel_active                          # the active-corpus row next to PROPEL and SIL
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -48,12 +58,12 @@ import torch
 from sqlalchemy import func, select
 
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
-from benchmarks.toy_report import aggregate, goals, markdown, plot, write_readme_section
+from benchmarks.toy_report import ACTIVE_ROW, aggregate, goals, markdown, plot, write_readme_section
 from curriculum import retrain
 from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.domains.arith import ArithDomain
 from curriculum.evaluation import EvaluationResult, evaluate_texts
-from curriculum.first_probe import distinct_valid_tasks, label_corpus, register_primaries
+from curriculum.first_probe import distinct_valid_tasks, label_corpus, label_corpus_actively, register_primaries
 from curriculum.rewards import SolverInTheLoopReward
 from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
@@ -67,7 +77,7 @@ from daemon.ops.metrics import build_metrics
 from daemon.service.engine import PropelEngine, build_engine
 from daemon.service.lifecycle import open_run
 from daemon.service.runtime import ServiceHooks, assemble_driver
-from daemon.service.settings import build_artifacts
+from daemon.service.settings import active_pool_samples, active_settings, build_artifacts
 from probes import FeatureExtractor, FeatureSpec, FrozenReference, Probe, TrainConfig
 from probes.band import Band
 from probes.fit import fit_probe
@@ -76,6 +86,8 @@ ROWS = ("Base", "PROPEL", "PROPEL-WCO", "PROPEL + co-evolution", "PROPEL-linear"
         "SIL")
 #: rows of issue #22, run on request (``--rows``): the PROPEL pair with ``rl.diversity_weight`` on for the whole run
 DIVERSITY_ROWS = ("PROPEL + diversity", "PROPEL + co-evolution + diversity")
+#: run on request too: issue #22 item 5's ACTIVE_ROW, PROPEL on a probe trained on an actively labelled corpus
+EXTRA_ROWS = (*DIVERSITY_ROWS, ACTIVE_ROW)
 COLUMNS = ("utility_mean", "utility_std", "valid_mean", "self_bleu3_mean", "distinct3_mean", "top_topic_mean",
            "online_solver_trials", "offline_solver_trials", "wall_s")
 SPEC_A = FeatureSpec(layer=-1, pooling="mean_full")
@@ -98,6 +110,7 @@ class Settings:
     linear_steps: int = 180
     bootstraps: int = 1
     diversity_weight: float = 1.0
+    active_share: float = 0.4  # the active corpus's solver trials, as a share of the uniform corpus's
 
     @staticmethod
     def quick() -> Settings:
@@ -115,6 +128,15 @@ class Shared:
     probe_metrics: dict[str, dict[str, Any]]
     corpus_trials: int
     bootstrap_validity: float
+    active: ActiveCorpus | None = None
+
+
+@dataclass(frozen=True)
+class ActiveCorpus:
+    """The active row's probe (``probes["mlp_active"]``), its corpus's solver trials and how it was built."""
+
+    solver_trials: int
+    info: dict[str, Any]
 
 
 def benchmark_solver() -> SyntheticArithSolver:
@@ -125,8 +147,10 @@ def never_stop() -> bool:
     return False
 
 
-def build_shared(settings: Settings, data_dir: Path, bootstrap_seed: int = 0) -> Shared:
-    """Bootstrap, the labelled corpus (offline solver trials) and three probes on it, by the daemon's code."""
+def build_shared(settings: Settings, data_dir: Path, bootstrap_seed: int = 0, active_root: Path | None = None
+                 ) -> Shared:
+    """Bootstrap, the labelled corpus (offline solver trials) and three probes on it, by the daemon's code;
+    with ``active_root`` also the active row's probe (:func:`build_active`)."""
     boot = bootstrap("arith", data_dir, steps=settings.bootstrap_steps, show_progress=False,
                      settings=BootstrapSettings(seed=bootstrap_seed))
     model, tok = load_bootstrapped(boot.path)
@@ -142,17 +166,54 @@ def build_shared(settings: Settings, data_dir: Path, bootstrap_seed: int = 0) ->
               for name, spec, arch, seed in (("mlp", SPEC_A, "mlp", 0), ("mlp_b", SPEC_B, "mlp", 1),
                                              ("linear", SPEC_A, "linear", 0))}
     metrics = {name: {**p.metrics, "positives": int(y.sum()), "rows": int(y.size)} for name, p in probes.items()}
-    return Shared(boot.path, reference.fingerprint, probes, metrics, corpus.solver_trials, boot.validity)
+    shared = Shared(boot.path, reference.fingerprint, probes, metrics, corpus.solver_trials, boot.validity)
+    if active_root is not None:
+        shared.active = build_active(shared, settings, active_root, model, tok, reference)
+    return shared
+
+
+def active_probes_section(shared: Shared, settings: Settings) -> dict[str, Any]:
+    """The active row's ``probes`` settings: active labelling of ``active_share`` of the uniform corpus's
+    trials (in tasks of ``k`` trials; at least the config's minimum of 16)."""
+    return {"corpus_labelling": "active", "train_samples": max(16, round(settings.active_share
+                                                                         * shared.corpus_trials / BAND.k))}
+
+
+def build_active(shared: Shared, settings: Settings, root: Path, model: Any, tok: Any,
+                 reference: FrozenReference) -> ActiveCorpus:
+    """The active row's probe: the daemon's active labelling for the row's config (pool of
+    ``active_pool_factor × train_samples`` base-policy samples, :func:`active_settings`' rounds) with the
+    uniform corpus's solver and sampling, fitted like the ``mlp`` probe; registered as ``mlp_active``."""
+    cfg = row_config(shared, settings, root, "active-corpus", 0, settings.steps,
+                     probes=active_probes_section(shared, settings))
+    domain = ArithDomain()
+    texts = sample_completions(model, tok, domain.generator_prompts(active_pool_samples(cfg), 0), seed=0)
+    pool = distinct_valid_tasks(domain, texts)
+    x_pool = FeatureExtractor(reference).extract([domain.reference_text(t) for t in pool], [SPEC_A])[SPEC_A]
+    corpus, x = label_corpus_actively(domain, benchmark_solver(), pool, x_pool, BAND, Sampling(seed=1),
+                                      active_settings(cfg), say=log.info)
+    y = corpus.y
+    training = {"rows": int(y.size), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials,
+                "corpus_labelling": "active"}
+    probe = fit_probe(x, y, reference=reference, spec=SPEC_A, band=BAND, arch="mlp",
+                      config=TrainConfig(seed=0, hidden_dim=64), name="mlp_active", training=training)
+    shared.probes[probe.name] = probe
+    shared.probe_metrics[probe.name] = {**probe.metrics, "positives": int(y.sum()), "rows": int(y.size)}
+    info = {"share": settings.active_share, "budget_tasks": cfg.probes.train_samples, "pool_tasks": len(pool),
+            "rows": int(y.size), "positives": int(y.sum()), "solver_trials": corpus.solver_trials,
+            "uniform_solver_trials": shared.corpus_trials, "settings": active_settings(cfg).__dict__}
+    return ActiveCorpus(corpus.solver_trials, info)
 
 
 def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: int, chunk: int,
-               rl: dict[str, Any] | None = None) -> PropelConfig:
+               rl: dict[str, Any] | None = None, probes: dict[str, Any] | None = None) -> PropelConfig:
     """The daemon config of one row's run: embedded store under ``root/run``, synthetic solver; ``rl``
-    overrides settings of the ``rl`` section (e.g. ``diversity_weight``)."""
+    and ``probes`` override settings of those sections (e.g. ``diversity_weight``, ``corpus_labelling``)."""
     return PropelConfig.model_validate({
         "data_dir": str(root / run), "run_name": run, "seed": seed,
         "generator": {"model": str(shared.gen_path)}, "domain": {"name": "arith"},
-        "probes": {"layer": SPEC_A.layer, "pooling": SPEC_A.pooling, "architecture": "mlp", "ensemble": "min"},
+        "probes": {"layer": SPEC_A.layer, "pooling": SPEC_A.pooling, "architecture": "mlp", "ensemble": "min",
+                   **(probes or {})},
         "solver": {"backend": "synthetic"},
         "spotcheck": {"k": BAND.k, "band_lo": BAND.lo, "band_hi": BAND.hi, "min_valid_trials": BAND.min_valid_trials,
                       "budget_per_cycle": settings.spot_budget, "budget_per_hour": max(512, settings.spot_budget)},
@@ -222,14 +283,44 @@ def coevolve(cfg: PropelConfig, shared: Shared, members: list[str], steps: int, 
         store.dispose()
 
 
-def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, members: list[str],
-                   names: tuple[str, str], steps: int, rl: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """A single-probe run and its co-evolution fork after the first half (same total steps), as
-    rows ``names`` = (single, co-evolution)."""
+@dataclass(frozen=True)
+class PairSpec:
+    """A single-probe row and its co-evolution row: probes, steps, config overrides, offline trials."""
+
+    names: tuple[str, str]
+    members: list[str]
+    steps: int
+    offline: int
+    rl: dict[str, Any] | None = None
+    probes: dict[str, Any] | None = None
+
+
+def pair_specs(shared: Shared, settings: Settings) -> list[PairSpec]:
+    """Every single-probe row (with its co-evolution row where it has one: the second name)."""
+    specs = [PairSpec(("PROPEL", "PROPEL + co-evolution"), ["mlp"], settings.steps, shared.corpus_trials),
+             PairSpec(("PROPEL-linear", "PROPEL-linear + co-evolution"), ["linear"], settings.linear_steps,
+                      shared.corpus_trials),
+             PairSpec(DIVERSITY_ROWS, ["mlp"], settings.steps, shared.corpus_trials,
+                      rl={"diversity_weight": settings.diversity_weight})]
+    if shared.active is not None:
+        specs.append(PairSpec((ACTIVE_ROW, ""), ["mlp_active"], settings.steps, shared.active.solver_trials,
+                              probes=active_probes_section(shared, settings)))
+    return specs
+
+
+def run_name(row: str, seed: int) -> str:
+    """A row's run name (the config's pattern: letters, digits, ``_.-``)."""
+    return re.sub(r"[^a-z0-9_.-]+", "-", row.lower().replace(" + ", "-")).strip("-") + f"-{seed}"
+
+
+def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, spec: PairSpec,
+                   fork: bool = True) -> dict[str, dict[str, Any]]:
+    """A single-probe run and (``fork``) its co-evolution fork after the first half (same total steps),
+    as rows ``spec.names`` = (single, co-evolution)."""
+    names, members, steps = spec.names, spec.members, spec.steps
     half = max(1, steps // 2)
     started = time.perf_counter()
-    run = f"{names[0].lower().replace(' + ', '-')}-{seed}"
-    cfg = row_config(shared, settings, root, run, seed, half, rl)
+    cfg = row_config(shared, settings, root, run_name(names[0], seed), seed, half, spec.rl, spec.probes)
     store, run_id, engine = open_row(cfg, shared, members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
@@ -237,16 +328,19 @@ def run_probe_pair(shared: Shared, settings: Settings, root: Path, seed: int, me
     assert report.phase == "rl", report
     hooks.close()
     store.dispose()
-    fork = cfg.model_copy(update={"data_dir": root / f"{run}-coevo"})
-    shutil.copytree(cfg.data_dir, fork.data_dir)  # the run's whole state: store, checkpoint, artifacts
+    forked = cfg.model_copy(update={"data_dir": Path(f"{cfg.data_dir}-coevo")})
+    if fork:
+        shutil.copytree(cfg.data_dir, forked.data_dir)  # the run's whole state: store, checkpoint, artifacts
     shared_s = time.perf_counter() - started
     engine.rl_chunk(steps - half, never_stop, 1.0)
-    single = _record(evaluate(engine.sample(settings.eval_n, 100 + seed), seed), 0, shared.corpus_trials,
+    single = _record(evaluate(engine.sample(settings.eval_n, 100 + seed), seed), 0, spec.offline,
                      time.perf_counter() - started, {"adapter_hash": engine.trainer.adapter_hash()})
     store.dispose()
+    if not fork:
+        return {names[0]: single}
     started = time.perf_counter()
-    result, info = coevolve(fork, shared, members, steps - half, settings.eval_n, seed)
-    coevo = _record(result, 0, shared.corpus_trials + int(info["spotcheck_trials"]),
+    result, info = coevolve(forked, shared, members, steps - half, settings.eval_n, seed)
+    coevo = _record(result, 0, spec.offline + int(info["spotcheck_trials"]),
                     shared_s + time.perf_counter() - started, {"coevolution": info})
     return {names[0]: single, names[1]: coevo}
 
@@ -276,16 +370,14 @@ def run_base(shared: Shared, settings: Settings, seed: int) -> dict[str, Any]:
 
 def run_seed(shared: Shared, settings: Settings, root: Path, seed: int, rows: tuple[str, ...]
              ) -> dict[str, dict[str, Any]]:
-    """Every requested row for one seed (a pair runs when either of its rows is requested)."""
+    """Every requested row for one seed (a pair's single-probe run runs when either of its rows is
+    requested, its co-evolution fork when that row is)."""
     out: dict[str, dict[str, Any]] = {}
     if "Base" in rows:
         out["Base"] = run_base(shared, settings, seed)
-    pairs = ((("PROPEL", "PROPEL + co-evolution"), ["mlp"], settings.steps, None),
-             (("PROPEL-linear", "PROPEL-linear + co-evolution"), ["linear"], settings.linear_steps, None),
-             (DIVERSITY_ROWS, ["mlp"], settings.steps, {"diversity_weight": settings.diversity_weight}))
-    for names, members, steps, rl in pairs:
-        if set(names) & set(rows):
-            out |= run_probe_pair(shared, settings, root, seed, members, names, steps, rl)
+    for spec in pair_specs(shared, settings):
+        if set(spec.names) & set(rows):  # the fork only when its co-evolution row is asked for
+            out |= run_probe_pair(shared, settings, root, seed, spec, fork=spec.names[1] in rows)
     out |= {row: run_plain(shared, settings, root, seed, row) for row in ("PROPEL-WCO", "SIL") if row in rows}
     return {row: value | {"seed": seed} for row, value in out.items() if row in rows}
 
@@ -295,12 +387,15 @@ def run(settings: Settings, data_dir: Path, name: str, rows: tuple[str, ...] = R
     torch.set_num_threads(1)
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, Any]]] = {row: [] for row in rows}
-    probe_metrics, corpus_trials, validity = {}, {}, {}
+    probe_metrics, corpus_trials, validity, active = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="toy_propel_") as tmp:
         for b in range(settings.bootstraps):
-            shared = build_shared(settings, data_dir, bootstrap_seed=b)
+            shared = build_shared(settings, data_dir, bootstrap_seed=b,
+                                  active_root=Path(tmp) / f"b{b}" if ACTIVE_ROW in rows else None)
             probe_metrics[b], corpus_trials[b], validity[b] = (shared.probe_metrics, shared.corpus_trials,
                                                                 shared.bootstrap_validity)
+            if shared.active is not None:
+                active[b] = shared.active.info
             for seed in range(settings.seeds):
                 for row, value in run_seed(shared, settings, Path(tmp) / f"b{b}", seed, rows).items():
                     per_seed[row].append(value | {"bootstrap": b})
@@ -309,7 +404,8 @@ def run(settings: Settings, data_dir: Path, name: str, rows: tuple[str, ...] = R
     table = aggregate(per_seed)
     meta = {"settings": settings.__dict__, "solver": benchmark_solver().solver_id, "band": BAND.__dict__,
             "bootstrap_validity": validity, "probes": probe_metrics, "corpus_solver_trials": corpus_trials,
-            "goals": goals(table), "total_wall_s": time.perf_counter() - started, "commit": COMMIT_AT_START}
+            "goals": goals(table), "total_wall_s": time.perf_counter() - started, "commit": COMMIT_AT_START,
+            **({"active_corpus": active} if active else {})}
     data = {**meta, "rows": list(rows), "columns": list(COLUMNS), "table": table, "per_seed": per_seed}
     write_result(name, data)
     plot(table, RESULTS / f"{name}.png", BAND)
@@ -324,24 +420,27 @@ def run(settings: Settings, data_dir: Path, name: str, rows: tuple[str, ...] = R
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="toy_propel", show_default=True, help="result file name under benchmarks/results")
 @click.option("--rows", default=",".join(ROWS), show_default=True,
-              help=f"comma-separated rows to run; also {', '.join(DIVERSITY_ROWS)}")
+              help=f"comma-separated rows to run; also {', '.join(EXTRA_ROWS)}")
 @click.option("--bootstraps", type=int, default=None, help="generator bootstraps (seeds 0..N-1; default 1): the "
               "spread across them is reported next to the spread across seeds")
 @click.option("--diversity-weight", type=float, default=None, help="rl.diversity_weight of the diversity rows "
               "(default 1.0)")
+@click.option("--active-share", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help=f"{ACTIVE_ROW}: its corpus's solver trials as a share of the uniform corpus's (default 0.4)")
 def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str, rows: str,
-         bootstraps: int | None, diversity_weight: float | None) -> None:
+         bootstraps: int | None, diversity_weight: float | None, active_share: float | None) -> None:
     """Run the toy PROPEL benchmark on the daemon's code and write JSON, PNG and the README table."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # every row's store is migrated: say it once
     chosen = tuple(r.strip() for r in rows.split(",") if r.strip())
-    unknown = [r for r in chosen if r not in ROWS + DIVERSITY_ROWS]
+    unknown = [r for r in chosen if r not in ROWS + EXTRA_ROWS]
     if unknown or not chosen:
-        raise click.BadParameter(f"unknown rows {unknown}: choose from {', '.join(ROWS + DIVERSITY_ROWS)}",
+        raise click.BadParameter(f"unknown rows {unknown}: choose from {', '.join(ROWS + EXTRA_ROWS)}",
                                  param_hint="--rows")
     settings = Settings.quick() if quick else Settings()
     overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("bootstraps", bootstraps),
-                                                   ("diversity_weight", diversity_weight)) if v is not None}
+                                                   ("diversity_weight", diversity_weight),
+                                                   ("active_share", active_share)) if v is not None}
     data = run(replace(settings, **overrides), data_dir, name, chosen)
     click.echo(markdown(data["table"], data, name))
 

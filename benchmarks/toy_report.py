@@ -41,10 +41,23 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, 
     return table
 
 
+#: the row issue #22 item 5 adds (``benchmarks/toy_propel.py`` ACTIVE_ROW)
+ACTIVE_ROW = "PROPEL (active corpus)"
+
+
+def lift_per_1k_trials(row: dict[str, Any], base: dict[str, Any]) -> float:
+    """Utility lift over base per 1,000 solver trials, offline (corpus, spot-checks) and online together."""
+    trials = row["offline_solver_trials"] + row["online_solver_trials"]
+    lift = row["utility_mean"] - base["utility_mean"]
+    return 1000 * lift / trials if trials else float("inf")
+
+
 def goals(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The issues' goals on the rows that ran (reported, never tuned to pass)."""
     out: dict[str, Any] = {}
     base, propel = table.get("Base"), table.get("PROPEL")
+    if base is not None and (active := table.get(ACTIVE_ROW)) is not None:
+        out |= active_goals(active, base, propel, table.get("SIL"))
     if base is None or propel is None:
         return out
     lift = propel["utility_mean"] - base["utility_mean"]
@@ -67,14 +80,25 @@ def goals(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
             lift > 0 and div_lift >= 0.75 * lift and out["coevo_div_self_bleu3_minus_base"] <= 0.03
             and out["coevo_div_distinct3_minus_base"] >= -0.03 and out["coevo_div_top_topic_minus_base"] <= 0.1)
     if (sil := table.get("SIL")) is not None:
-        sil_lift = sil["utility_mean"] - base["utility_mean"]
-        propel_trials = propel["offline_solver_trials"] + propel["online_solver_trials"]
-        sil_trials = sil["offline_solver_trials"] + sil["online_solver_trials"]
-        per_trial = lift / propel_trials if propel_trials else float("inf")
-        sil_per_trial = sil_lift / sil_trials if sil_trials else float("inf")
-        out["propel_lift_per_1k_solver_trials"] = 1000 * per_trial
-        out["sil_lift_per_1k_solver_trials"] = 1000 * sil_per_trial
-        out["propel_lift_per_trial_above_sil"] = bool(per_trial > sil_per_trial)
+        out["propel_lift_per_1k_solver_trials"] = lift_per_1k_trials(propel, base)
+        out["sil_lift_per_1k_solver_trials"] = lift_per_1k_trials(sil, base)
+        out["propel_lift_per_trial_above_sil"] = bool(
+            out["propel_lift_per_1k_solver_trials"] > out["sil_lift_per_1k_solver_trials"])
+    return out
+
+
+def active_goals(active: dict[str, Any], base: dict[str, Any], propel: dict[str, Any] | None,
+                 sil: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue #22 item 5: the active-corpus row's lift per 1,000 solver trials, against PROPEL's and
+    SIL's (goal: ≥ 3× SIL's; the paper reports ≈ 6×)."""
+    per_1k = lift_per_1k_trials(active, base)
+    out: dict[str, Any] = {"active_lift_per_1k_solver_trials": per_1k,
+                           "active_ratio_vs_base": active["utility_mean"] / max(base["utility_mean"], 1e-9)}
+    if propel is not None:
+        out["active_per_trial_vs_propel"] = per_1k / lift_per_1k_trials(propel, base)
+    if sil is not None:
+        out["active_per_trial_vs_sil"] = per_1k / lift_per_1k_trials(sil, base)
+        out["active_lift_per_trial_3x_sil"] = bool(out["active_per_trial_vs_sil"] >= 3)
     return out
 
 
@@ -110,6 +134,7 @@ GOAL_TEXT = {
     "coevo_div_meets_goal": "co-evolution + diversity keeps ≥ 75 % of PROPEL's lift with Self-BLEU-3 ≤ base + 0.03, "
                             "Distinct-3 ≥ base − 0.03, top-topic ≤ base + 0.1",
     "propel_lift_per_trial_above_sil": "PROPEL's lift per solver trial above SIL's",
+    "active_lift_per_trial_3x_sil": f"{ACTIVE_ROW}: lift per 1,000 solver trials ≥ 3× SIL's",
 }
 
 
@@ -142,10 +167,20 @@ def markdown(table: dict[str, dict[str, Any]], meta: dict[str, Any], name: str =
         f"{settings['seeds']} seeds × {settings.get('bootstraps', 1)} generator bootstrap(s); the PROPEL-linear "
         f"rows train {settings['linear_steps']} GRPO steps, the other RL rows {settings['steps']}; co-evolution "
         f"forks at half of its run's steps. Solver: `{meta['solver']}` (synthetic benchmark instrument). "
-        f"Co-evolution trials (spot-checks) are counted as offline.{spread}\n\n"
+        f"Co-evolution trials (spot-checks) are counted as offline.{spread}{active_summary(meta)}\n\n"
         f"Goals (measured, not tuned): {verdicts}. Numbers: {numbers}.\n"
     )
     return f"## {name}\n\n" + head + "\n".join(lines) + "\n" + notes
+
+
+def active_summary(meta: dict[str, Any]) -> str:
+    """How the active row's corpus was built, per bootstrap (empty when the row did not run)."""
+    parts = [f"bootstrap {b}: {i['rows']} usable of {i['budget_tasks']} tasks labelled from a pool of "
+             f"{i['pool_tasks']} ({i['positives']} in band), {i['solver_trials']} solver trials = "
+             f"{i['solver_trials'] / i['uniform_solver_trials']:.0%} of the uniform corpus's "
+             f"{i['uniform_solver_trials']}"
+             for b, i in meta.get("active_corpus", {}).items()]
+    return f" {ACTIVE_ROW}: `probes.corpus_labelling = \"active\"`; " + "; ".join(parts) + "." if parts else ""
 
 
 def aux_summary(per_seed: dict[str, list[dict[str, Any]]]) -> str:

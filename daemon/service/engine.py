@@ -19,7 +19,6 @@ import numpy as np
 from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Task, Validity, get_domain
 from curriculum.first_probe import (
-    ActiveSettings,
     LabelledCorpus,
     distinct_valid_tasks,
     label_corpus,
@@ -37,6 +36,8 @@ from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
 from daemon.loop.ports import ReferenceInfo, Scored
 from daemon.service.settings import (
+    active_pool_samples,
+    active_settings,
     band,
     build_artifacts,
     build_configured_solver,
@@ -146,7 +147,7 @@ class PropelEngine:
             if any(p.role == "primary" for p in repo.active_probes(s, self.run_id)):
                 return
         if self.cfg.probes.corpus_labelling == "active":
-            corpus, x = self._active_labels(self.cfg.probes.train_samples)
+            corpus, x = self._active_labels()
         else:
             corpus = self._offline_labels(self.cfg.probes.train_samples)
             x = self._features(corpus.texts)
@@ -168,17 +169,18 @@ class PropelEngine:
         with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
             return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
 
-    def _active_labels(self, n: int) -> tuple[LabelledCorpus, np.ndarray]:
-        """``n`` tasks labelled in active rounds from a pool of ``active_pool_factor × n`` base-policy samples."""
+    def _active_labels(self) -> tuple[LabelledCorpus, np.ndarray]:
+        """``train_samples`` tasks labelled in active rounds from a pool of ``active_pool_factor × train_samples``
+        base-policy samples."""
         p = self.cfg.probes
         solver = build_configured_solver(self.cfg)
-        pool = distinct_valid_tasks(self.domain, self.trainer.sample(int(p.active_pool_factor * n),
+        pool = distinct_valid_tasks(self.domain, self.trainer.sample(active_pool_samples(self.cfg),
                                                                      seed=self.cfg.seed + 1))
-        self.say(f"active labelling: {n} of {len(pool)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
-                 f"({p.active_rounds} rounds after a {p.active_seed_share:.0%} seed set) for the first probe…")
+        self.say(f"active labelling: {p.train_samples} of {len(pool)} base-policy tasks × k={self.band.k} with "
+                 f"{solver.solver_id} ({p.active_rounds} rounds after a {p.active_seed_share:.0%} seed set) "
+                 "for the first probe…")
         x = self._features([self.domain.reference_text(t) for t in pool])
-        settings = ActiveSettings(budget=n, seed_share=p.active_seed_share, rounds=p.active_rounds,
-                                  members=p.active_members, arch=p.architecture, seed=self.cfg.seed)
+        settings = active_settings(self.cfg)
         return label_corpus_actively(self.domain, solver, pool, x, self.band, sampling(self.cfg), settings, self.say)
 
     def _features(self, texts: list[str]) -> np.ndarray:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
+from curriculum.first_probe import ActiveSettings
 from curriculum.novelty import DiversityTerm
 from curriculum.solvers import build_solver
 from curriculum.solvers.base import Sampling, SolverBackend
@@ -115,6 +116,18 @@ def band(cfg: PropelConfig) -> Band:
     """The utility band of the run (k attempts, in band when lo ≤ solved ≤ hi over enough valid trials)."""
     sc = cfg.spotcheck
     return Band(sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials)
+
+
+def active_settings(cfg: PropelConfig) -> ActiveSettings:
+    """``probes.corpus_labelling = "active"``: the first probe's active rounds, ``probes.train_samples`` tasks."""
+    p = cfg.probes
+    return ActiveSettings(budget=p.train_samples, seed_share=p.active_seed_share, rounds=p.active_rounds,
+                          members=p.active_members, arch=p.architecture, seed=cfg.seed)
+
+
+def active_pool_samples(cfg: PropelConfig) -> int:
+    """Base-policy samples drawn for the active-labelling pool (``active_pool_factor × train_samples``)."""
+    return int(cfg.probes.active_pool_factor * cfg.probes.train_samples)
 
 
 def worker_settings(cfg: PropelConfig) -> WorkerSettings:

@@ -5,7 +5,8 @@ driver with its spot-checks and retraining — and re-implements none of them.
 The benchmark is read as source (tests do not import benchmarks): it must import each shared
 function from the module production takes it from, and use none of the loop's internals. Production
 is checked by an AST scan of its calls: ``propel run`` builds its driver with ``assemble_driver`` and
-its engine with ``build_engine``; the engine labels its first corpus with ``label_corpus``, registers
+its engine with ``build_engine``; the engine labels its first corpus with ``label_corpus`` (or, with
+``probes.corpus_labelling = "active"``, ``label_corpus_actively`` with ``active_settings``), registers
 probes with ``register_primaries`` and builds its reward with ``build_reward``. A later change that
 forks either side breaks this test.
 """
@@ -27,7 +28,9 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "toy_propel.py"
 SHARED = {("daemon.service.engine", "build_engine"), ("daemon.service.runtime", "assemble_driver"),
           ("daemon.service.runtime", "ServiceHooks"), ("daemon.service.lifecycle", "open_run"),
           ("curriculum.first_probe", "label_corpus"), ("curriculum.first_probe", "distinct_valid_tasks"),
-          ("curriculum.first_probe", "register_primaries"), ("probes.fit", "fit_probe")}
+          ("curriculum.first_probe", "register_primaries"), ("probes.fit", "fit_probe"),
+          ("curriculum.first_probe", "label_corpus_actively"), ("daemon.service.settings", "active_settings"),
+          ("daemon.service.settings", "active_pool_samples")}
 # names the loop's own machinery goes by: a benchmark that uses one of them copies the loop
 LOOP_INTERNALS = ("GeneratorTrainer", "HardGateReward", "SoftGateReward", "train_aux_probe", "select_candidates",
                   "run_spotcheck", "label_tasks", "false_positives", "ProbeScorer", "ProbeEnsemble", "Driver",
@@ -56,8 +59,9 @@ def test_benchmark_imports_the_daemons_functions() -> None:
 
 def test_production_takes_them_from_the_same_modules() -> None:
     engine_imports = _imports(ast.parse(inspect.getsource(engine)))
-    assert {("curriculum.first_probe", n) for n in ("label_corpus", "distinct_valid_tasks", "register_primaries")} \
-        <= engine_imports
+    assert {("curriculum.first_probe", n) for n in ("label_corpus", "distinct_valid_tasks", "register_primaries",
+                                                    "label_corpus_actively")} <= engine_imports
+    assert {("daemon.service.settings", n) for n in ("active_settings", "active_pool_samples")} <= engine_imports
     assert ("probes.fit", "fit_probe") in engine_imports
     assert ("daemon.service.lifecycle", "open_run") in _imports(ast.parse(inspect.getsource(runtime)))
 
@@ -68,6 +72,8 @@ def test_production_calls_the_shared_functions() -> None:
     methods = {name: _calls(fn) for name, fn in inspect.getmembers(engine.PropelEngine, inspect.isfunction)}
     assert "register_primaries" in methods["_ensure_primary_probes"]
     assert {"distinct_valid_tasks", "label_corpus"} <= methods["_offline_labels"]
+    assert {"distinct_valid_tasks", "label_corpus_actively", "active_settings", "active_pool_samples"} \
+        <= methods["_active_labels"]
     assert "build_reward" in methods["load_probes"]
     assert "fit_probe" in methods["_fit"]
 
