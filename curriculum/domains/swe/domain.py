@@ -35,6 +35,7 @@ from curriculum.domains.swe.sandbox import SuiteRunner
 from curriculum.domains.swe.spec import BugSpec, parse_spec
 from curriculum.domains.swe.tasktext import issue_text
 from curriculum.domains.swe.verifier import BugVerdict, Verifier
+from curriculum.sandbox.backends import bwrap_probe
 
 NAME = "swe"
 #: The SWE utility band (paper): k=3 trials, positive at 1–2 solves, at least 2 valid trials.
@@ -126,8 +127,25 @@ class SweDomain:
             return f"repository {name!r} has no preflight (`propel swe fetch`)"
         if not pf.ok:
             return f"repository {name!r} was excluded at preflight: {pf.reason}"
-        verifier = Verifier(checkout.root, pf.grading_tests, self.runner, episode_config(spec, self.policy, pf))
+        runner = self._runner_for(pf.runner)
+        if runner is None:
+            return (f"repository {name!r} was preflighted with the {pf.runner} suite runner and this domain grades "
+                    f"with {self.runner.name}: re-run `propel swe --runner {self.runner.name} fetch --only {name}` "
+                    f"(or grade with --runner {pf.runner})")
+        verifier = Verifier(checkout.root, pf.grading_tests, runner, episode_config(spec, self.policy, pf))
         return RepoState(checkout, pf, verifier)
+
+    def _runner_for(self, preflighted: str) -> SuiteRunner | None:
+        """The runner to verify and grade with: the tests a repository passes depend on the runner's
+        environment (six's ``test_move_items[dbm_ndbm]`` passes under rlimit, is skipped under
+        bubblewrap), so grading uses the preflight's runner. ``auto`` adopts it where it works here;
+        an explicit other runner gets ``None`` (the caller says how to redo the preflight)."""
+        if not preflighted or preflighted == self.runner.name:
+            return self.runner
+        if self._runner_spec == "auto" and (preflighted == "rlimit" or (preflighted == "bubblewrap" and
+                                                                       bwrap_probe()[0])):
+            return get_suite_runner(preflighted)
+        return None
 
     def usable_repos(self) -> list[str]:
         return [n for n in self.repo_names if isinstance(self.repo(n), RepoState)]

@@ -159,14 +159,16 @@ def load_preflight(cache: RepoCache, content_hash: str) -> PreflightResult | Non
 
 def preflight_repo(cache: RepoCache, spec: RepoSpec, runner: SuiteRunner, policy: PreflightPolicy | None = None,
                    force: bool = False) -> PreflightResult:
-    """Fetch ``spec`` (if needed) and preflight it (unless a stored result exists and not ``force``)."""
+    """Fetch ``spec`` (if needed) and preflight it (unless a stored result of the same suite runner exists
+    and not ``force``: which tests pass can depend on the runner's environment, so another runner's
+    result is redone)."""
     policy = policy or PreflightPolicy()
     try:
         checkout = cache.fetch(spec)
     except FetchError as err:
         return PreflightResult(spec.name, spec.label, "", "excluded", f"fetch failed: {err}")
     stored = None if force else load_preflight(cache, checkout.content_hash)
-    if stored is not None:
+    if stored is not None and stored.runner in ("", runner.name):
         return stored
     config = suite_config(spec, policy)
     first = run_suite_in_copy(runner, checkout.root, config)

@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 
 from curriculum.domains.base import Domain, Task, get_domain
+from curriculum.domains.swe.cache import RepoCache
 from curriculum.domains.swe.cli import fetch_and_preflight, main
 from curriculum.domains.swe.domain import SWE_BAND, SweDomain, extract_diff, swe_band
+from curriculum.domains.swe.preflight import preflight_repo
+from curriculum.domains.swe.registry import load_registry
+from curriculum.domains.swe.sandbox import RlimitSuiteRunner
 from curriculum.domains.swe.synthetic import SyntheticSweSolver, difficulty
 from curriculum.solvers.base import Sampling
 from curriculum.spotcheck import label_tasks
@@ -144,6 +148,34 @@ def test_unusable_domain_states_and_cli(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no preflight recorded" in capsys.readouterr().out
     assert main(["--registry", str(tmp_path / "missing.toml"), "repos"]) == 2
     assert grade_missing(tmp_path) == 2
+
+
+class OtherRunner(RlimitSuiteRunner):
+    """The rlimit runner under another name: a host whose ``auto`` picks a different suite runner."""
+
+    name = "other"
+
+
+def test_a_preflight_of_another_suite_runner_is_not_graded_with_and_is_redone(tmp_path: Path) -> None:
+    """Which tests pass depends on the runner's environment (six's ``test_move_items[dbm_ndbm]`` passes
+    under rlimit and is skipped under bubblewrap): grading with another runner's pass-to-pass set would
+    grade correct fixes unsolved, so the domain refuses it with the fix, and fetch redoes the preflight."""
+    lab = fixture_registry(tmp_path)
+    [first] = fetch_and_preflight(tmp_path / "c", [lab], runner="rlimit", bundled_registry=False, policy=POLICY)
+    other = SweDomain(tmp_path / "c", [lab], bundled_registry=False, runner=OtherRunner(), policy=POLICY)
+    reason = other.repo("minicalc")
+    assert isinstance(reason, str) and "preflighted with the rlimit suite runner" in reason
+    assert "propel swe --runner other fetch --only minicalc" in reason
+    auto = SweDomain(tmp_path / "c", [lab], bundled_registry=False, runner="auto", policy=POLICY).repo("minicalc")
+    assert not isinstance(auto, str) and auto.verifier.runner.name == "rlimit"  # auto adopts the preflight's
+    [again] = fetch_and_preflight(tmp_path / "c", [lab], runner="rlimit", bundled_registry=False, policy=POLICY)
+    assert again.created_at == first.created_at  # same runner: the stored result is reused
+    cache = RepoCache(tmp_path / "c")
+    [spec] = [s for s in load_registry(lab, bundled=False) if s.name == "minicalc"]
+    redone = preflight_repo(cache, spec, OtherRunner(), POLICY)
+    assert redone.runner == "other" and redone.ok and redone.created_at != first.created_at
+    fresh = SweDomain(tmp_path / "c", [lab], bundled_registry=False, runner=OtherRunner(), policy=POLICY)
+    assert not isinstance(fresh.repo("minicalc"), str)
 
 
 def grade_missing(tmp_path: Path) -> int:
