@@ -29,7 +29,6 @@ both arms by construction; compare the arms with each other.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -51,7 +50,6 @@ from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
 from curriculum.spotcheck import LabelValue, label_tasks
 from probes import FeatureExtractor, FrozenReference, TrainConfig, evaluate
-from probes.band import Band
 from probes.fit import fit_head
 
 ARMS = ("uniform", "active")
@@ -91,12 +89,6 @@ class Data:
     bayes: dict[str, float]
 
 
-def in_band_probability(p: float, band: Band) -> float:
-    """P(the solve count of ``band.k`` attempts at success rate ``p`` lands in the band)."""
-    return sum(math.comb(band.k, j) * p**j * (1 - p) ** (band.k - j)
-               for j in range(band.k + 1) if band.in_band(j, band.k))
-
-
 def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable[[str], None]) -> Data:
     """Bootstrap (cached), sample, validate, deduplicate, label, extract; split held-out / pool."""
     boot = bootstrap("arith", data_dir, steps=settings.bootstrap_steps, show_progress=False,
@@ -116,7 +108,7 @@ def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable
         raise ValueError(f"pool of {len(pool)} tasks < largest budget {max(settings.budgets)}: raise --samples")
     y_held = np.array([int(bool(labels[i].in_band)) for i in held])
     solver = benchmark_solver()
-    p_in = np.array([in_band_probability(solver.success_probability(tasks[i].text), BAND) for i in held])
+    p_in = np.array([BAND.probability(solver.success_probability(tasks[i].text)) for i in held])
     bayes = evaluate(y_held, p_in, threshold=float(y_held.mean())).to_dict()  # BA-optimal cut: the prevalence
     say(f"bootstrap {boot_seed}: validity {boot.validity:.1%}, {len(tasks)} distinct valid tasks of "
         f"{settings.samples}; held-out {len(held)} ({y_held.mean():.1%} in band), pool {len(pool)}; "

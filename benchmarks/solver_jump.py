@@ -93,11 +93,6 @@ class Settings:
                        bootstrap_steps=self.bootstrap_steps)
 
 
-def in_band_probability(p: float, band: Band) -> float:
-    """P(lo ≤ X ≤ hi) for X ~ Binomial(k, p): the chance a task with success probability ``p`` lands in band."""
-    return sum(math.comb(band.k, j) * p ** j * (1 - p) ** (band.k - j) for j in range(band.lo, band.hi + 1))
-
-
 def arm_config(shared: toy.Shared, settings: Settings, root: Path, arm: str, seed: int) -> PropelConfig:
     """The toy row's daemon config with the trainer's solver name, the new version's skill, and the
     arm's ``[frontier]`` (``no refresh``: no drift measurement, hence no primary refresh)."""
@@ -120,7 +115,7 @@ def queue_in_band(store: Store, run_id: int, band: Band, skill: float, after_id:
     with store.session() as s:
         rows = s.execute(select(QueueItem.id, QueueItem.state, TaskRow.text)
                          .join(TaskRow, TaskRow.id == QueueItem.task_id).where(QueueItem.run_id == run_id)).all()
-    rate = {qid: in_band_probability(solver.success_probability(text), band) for qid, _, text in rows}
+    rate = {qid: band.probability(solver.success_probability(text)) for qid, _, text in rows}
     emitted = [rate[qid] for qid, _, _ in rows if qid > after_id]
     ready = [rate[qid] for qid, state, _ in rows if state == "ready"]
     return {"emitted": len(emitted), "emitted_in_band": float(np.mean(emitted)) if emitted else None,

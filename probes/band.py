@@ -10,6 +10,7 @@ Fewer than ``min_valid_trials`` valid attempts give no label at all (``insuffici
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,6 +67,12 @@ class Band:
         """``True``/``False``, or ``None`` when there are too few valid attempts to say."""
         side = self.side(solved, valid)
         return None if side is Side.INSUFFICIENT else side is Side.IN_BAND
+
+    def probability(self, p: float) -> float:
+        """The chance that ``k`` valid attempts at success rate ``p`` land in the band (exact: the
+        binomial mass of the solve counts :meth:`in_band` accepts)."""
+        return sum(math.comb(self.k, j) * p ** j * (1 - p) ** (self.k - j)
+                   for j in range(self.k + 1) if self.in_band(j, self.k))
 
     def label(self, solved: int, valid: int) -> int:
         """The probe-training label (1 in band, 0 otherwise); rows with too few valid attempts count as 0."""
