@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from curriculum.domains.base import Domain, Task
 from probes.inputs import TextInput, Trajectory
 
@@ -58,9 +56,3 @@ def bug_probe_input(domain: Domain, task: Task, turns: Sequence[Mapping[str, Any
     generator), else the domain's reference text (spec generator: one turn)."""
     return episode_trajectory(turns) if turns else domain.reference_text(task)
 
-
-def stored_bug_input(sess: Session, domain: Domain, task: Task, task_id: int, agent_id: str) -> TextInput:
-    """:func:`bug_probe_input` with the turns the store holds for ``task_id``'s generator episode."""
-    from curriculum.store.trajectories import episode_turns
-
-    return bug_probe_input(domain, task, episode_turns(sess, task_id, "generator", agent_id))

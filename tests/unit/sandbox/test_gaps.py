@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -244,7 +245,7 @@ def test_processes_are_counted_per_run(backend: str) -> None:
 def test_descendants_that_left_the_session_die_with_the_run(backend: str) -> None:
     if backend == "rlimit" and not IS_ROOT:
         pytest.skip("the rlimit backend finds escaped descendants by their per-run uid, which needs root")
-    tag = f"{os.getpid()}{time.monotonic_ns() % 10**6}"
+    tag = f"{os.getpid()}{uuid.uuid4().int % 10**6}"
     code = ("import os\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             f"        os.execv('/bin/sleep', ['sleep', '9.{tag}'])\n    os._exit(0)\nos.waitpid(pid, 0)\n")
     make(backend).run_python(code)
