@@ -8,8 +8,12 @@ in band, k = 8 synthetic-solver attempts on a fresh sample — outside every bud
 
 Arms: ``PROPEL`` (hard-gate reward on one frozen MLP probe; cost = the corpus's offline trials, paid
 once), ``PROPEL + co-evolution`` (the daemon itself: its driver cycle after cycle — RL chunk, sample,
-spot-checks, false-positive mining, aux retrain, emission — so its cost also grows with the spot-checks)
-and ``SIL`` (reward = in-band indicator of k live attempts; cost grows with every step). Axes:
+spot-checks, false-positive mining, aux retrain, emission — so its cost also grows with the spot-checks),
+``PROPEL (active corpus) + co-evolution`` (the same daemon arm, its primary probe trained on a corpus
+labelled actively — the toy table's "PROPEL (active corpus)" probe, built by the same code,
+:func:`benchmarks.toy_propel.build_active`, with ``probes.corpus_labelling = "active"`` and
+``--active-share`` of the uniform corpus's trials; charged what active labelling spent) and ``SIL``
+(reward = in-band indicator of k live attempts; cost grows with every step). ``--arms`` runs a subset. Axes:
 cumulative solver trials, and solver-seconds = trials × trial cost + the generator's RL seconds, for
 each configured trial cost (1 s ≈ a math answer, 600 s ≈ a SWE agent episode), so a reader sees
 where each method wins. The goal (issue #22, reported as measured): at the final horizon PROPEL's lift
@@ -17,6 +21,8 @@ per 1,000 solver trials ≥ 3× SIL's; otherwise the horizon where the lines cro
 
     .venv/bin/python -m benchmarks.cost_curves             # 3 seeds × 300 steps (~30-60 min here)
     .venv/bin/python -m benchmarks.cost_curves --quick     # checks the pipeline in a few minutes
+    .venv/bin/python -m benchmarks.cost_curves --arms "PROPEL (active corpus) + co-evolution,SIL" \
+        --name cost_curves_active                          # the active-corpus arm next to SIL only
 """
 
 from __future__ import annotations
@@ -40,7 +46,10 @@ from daemon.loop.progress import Progress
 from daemon.ops.metrics import build_metrics
 from daemon.service.runtime import ServiceHooks, assemble_driver
 
-ARMS = ("PROPEL", "PROPEL + co-evolution", "SIL")
+ACTIVE_ARM = "PROPEL (active corpus) + co-evolution"
+ARMS = ("PROPEL", "PROPEL + co-evolution", ACTIVE_ARM, "SIL")
+#: the daemon arms (driver cycle after cycle) and the toy row whose probe, members and offline trials they use
+COEVOLUTION = {"PROPEL + co-evolution": "PROPEL", ACTIVE_ARM: toy.ACTIVE_ROW}
 log = logging.getLogger("benchmarks.cost_curves")
 
 
@@ -55,6 +64,7 @@ class Settings:
     group: int = 8
     trial_costs_s: tuple[float, ...] = (1.0, 600.0)
     bootstrap_steps: int | None = None
+    active_share: float = 0.4  # the active arm's corpus trials, as a share of the uniform corpus's
 
     @staticmethod
     def quick() -> Settings:
@@ -63,14 +73,24 @@ class Settings:
     def toy(self) -> toy.Settings:
         """The toy table's settings the shared probes and row configs are built from."""
         return replace(toy.Settings(), seeds=self.seeds, steps=self.steps, corpus=self.corpus, eval_n=self.eval_n,
-                       batch=self.batch, group=self.group, bootstrap_steps=self.bootstrap_steps)
+                       batch=self.batch, group=self.group, bootstrap_steps=self.bootstrap_steps,
+                       active_share=self.active_share)
 
 
-def run_daemon(shared: toy.Shared, settings: Settings, root: Path, seed: int) -> list[dict[str, float]]:
+def coevolution_spec(shared: toy.Shared, settings: Settings, arm: str) -> toy.PairSpec:
+    """A daemon arm's probe members, offline trials and config overrides: its toy row's
+    (:func:`benchmarks.toy_propel.pair_specs`; the active arm's are the active corpus's)."""
+    return next(s for s in toy.pair_specs(shared, settings.toy()) if s.names[0] == COEVOLUTION[arm])
+
+
+def run_daemon(shared: toy.Shared, settings: Settings, root: Path, seed: int,
+               arm: str = "PROPEL + co-evolution") -> list[dict[str, float]]:
     """PROPEL as the daemon runs it: its driver, cycle after cycle (RL chunk, sample, spot-checks, aux
     retrain, emission); one point after each RL chunk, its spot-check trials counted."""
-    cfg = toy.row_config(shared, settings.toy(), root, f"coevo-{seed}", seed, settings.chunk)
-    store, run_id, engine = toy.open_row(cfg, shared, ["mlp"])
+    spec = coevolution_spec(shared, settings, arm)
+    run = f"coevo-{seed}" if arm == "PROPEL + co-evolution" else toy.run_name(arm, seed)
+    cfg = toy.row_config(shared, settings.toy(), root, run, seed, settings.chunk, spec.rl, spec.probes)
+    store, run_id, engine = toy.open_row(cfg, shared, spec.members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
     driver = assemble_driver(cfg, store, run_id, engine, hooks, toy.never_stop, metrics)
@@ -82,12 +102,12 @@ def run_daemon(shared: toy.Shared, settings: Settings, root: Path, seed: int) ->
                 continue
             rl_s += report.seconds
             with store.session() as s:
-                trials = int(s.scalar(select(func.count()).select_from(SolverTrial)) or 0)
+                trials = spec.offline + int(s.scalar(select(func.count()).select_from(SolverTrial)) or 0)
             result = toy.evaluate(engine.sample(settings.eval_n, 100 + seed), seed)
-            points.append({"step": float(engine.trainer.global_step), "trials": float(shared.corpus_trials + trials),
+            points.append({"step": float(engine.trainer.global_step), "trials": float(trials),
                            "rl_s": rl_s, "utility": result.utility})
-            log.info("PROPEL + co-evolution seed %d step %d: utility %.3f, %d solver trials", seed,
-                     engine.trainer.global_step, result.utility, shared.corpus_trials + trials)
+            log.info("%s seed %d step %d: utility %.3f, %d solver trials", arm, seed,
+                     engine.trainer.global_step, result.utility, trials)
     finally:
         hooks.close()
         store.dispose()
@@ -96,8 +116,8 @@ def run_daemon(shared: toy.Shared, settings: Settings, root: Path, seed: int) ->
 
 def run_arm(shared: toy.Shared, settings: Settings, root: Path, seed: int, arm: str) -> list[dict[str, float]]:
     """Train ``arm`` chunk by chunk on the daemon's engine; one point (step, trials, RL s, utility) per chunk."""
-    if arm == "PROPEL + co-evolution":
-        return run_daemon(shared, settings, root, seed)
+    if arm in COEVOLUTION:
+        return run_daemon(shared, settings, root, seed, arm)
     cfg = toy.row_config(shared, settings.toy(), root, f"{arm.lower()}-{seed}", seed, settings.chunk)
     store, _, engine = toy.open_row(cfg, shared, ["mlp"])
     sil = toy.sil_reward(settings.group)
@@ -134,25 +154,31 @@ def summarise(curves: dict[str, list[list[dict[str, float]]]], base: list[float]
         out["arms"][arm] = {
             "step": [p["step"] for p in runs[0]], "utility_mean": util.mean(axis=0).tolist(),
             "utility_std": (util.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(util.shape[1])).tolist(),
+            "utility_final_per_seed": util[:, -1].tolist(),
             "trials": trials.tolist(), "rl_s": rl_s.tolist(),
             "lift_per_1k_trials": (1000 * lift / np.maximum(trials, 1)).tolist(),
             "solver_seconds": {str(c): (trials * c + rl_s).tolist() for c in trial_costs}}
     sil = out["arms"].get("SIL")
-    out["goal"] = {arm: _goal(out["arms"][arm], sil) for arm in ("PROPEL", "PROPEL + co-evolution")
-                   if arm in out["arms"] and sil}
+    out["goal"] = {arm: _goal(entry, sil) for arm, entry in out["arms"].items() if arm != "SIL" and sil}
     return out
 
 
-def _goal(propel: dict[str, Any], sil: dict[str, Any]) -> dict[str, Any]:
-    """The issue's goal for one PROPEL arm against SIL: lift per trial ratio at the final horizon (≥ 3)."""
+def _goal(propel: dict[str, Any], sil: dict[str, Any], target: float = 3.0) -> dict[str, Any]:
+    """The issue's goal for one PROPEL arm against SIL: lift per trial ratio at the final horizon (≥
+    ``target``), and the first chunk at which its lift per trial reaches SIL's and ``target`` × SIL's."""
     # a ratio of lifts means something only where SIL lifts utility at all
     ratios = [p / s if s > 0 else None for p, s in zip(propel["lift_per_1k_trials"], sil["lift_per_1k_trials"],
                                                       strict=True)]
     final = ratios[-1]
-    crossed = [step for step, p, s in zip(propel["step"], propel["lift_per_1k_trials"], sil["lift_per_1k_trials"],
-                                          strict=True) if p > 0 and p >= s]
-    return {"vs_sil_lift_per_trial_final": final, "target": 3.0, "met": final is not None and final >= 3.0,
-            "ratio_by_step": ratios, "first_step_per_trial_at_least_sil": crossed[0] if crossed else None,
+
+    def first_step(times: float) -> float | None:
+        steps = [step for step, p, s in zip(propel["step"], propel["lift_per_1k_trials"], sil["lift_per_1k_trials"],
+                                            strict=True) if p > 0 and p >= times * s]
+        return steps[0] if steps else None
+
+    return {"vs_sil_lift_per_trial_final": final, "target": target, "met": final is not None and final >= target,
+            "ratio_by_step": ratios, "first_step_per_trial_at_least_sil": first_step(1.0),
+            "first_step_per_trial_at_least_target_x_sil": first_step(target),
             "note": None if final is not None else "SIL shows no lift at the final horizon"}
 
 
@@ -186,25 +212,37 @@ def plot(summary: dict[str, Any], trial_costs: tuple[float, ...], path: Path) ->
     plt.close(fig)
 
 
-def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
+def run(settings: Settings, data_dir: Path, name: str, arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
     torch.set_num_threads(1)
     started = time.perf_counter()
-    shared = toy.build_shared(settings.toy(), data_dir)
-    curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in ARMS}
+    curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in arms}
     base: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cost_curves_") as tmp:
+        # the active arm's probe: the toy table's active-corpus probe, labelled by the daemon's active code
+        shared = toy.build_shared(settings.toy(), data_dir,
+                                  active_root=Path(tmp) / "active" if ACTIVE_ARM in arms else None)
         for seed in range(settings.seeds):
             base.append(float(toy.run_base(shared, settings.toy(), seed)["utility"]))
-            for arm in ARMS:
+            for arm in arms:
                 curves[arm].append(run_arm(shared, settings, Path(tmp), seed, arm))
             click.echo(f"seed {seed} done at {time.perf_counter() - started:.0f}s")
     summary = summarise(curves, base, settings.trial_costs_s)
-    data = {"settings": asdict(settings), "solver": toy.benchmark_solver().solver_id,
+    data = {"settings": asdict(settings), "arms": list(arms), "solver": toy.benchmark_solver().solver_id,
             "corpus_solver_trials": shared.corpus_trials, "summary": summary, "curves": curves,
-            "base_per_seed": base, "total_wall_s": time.perf_counter() - started}
+            "base_per_seed": base, "total_wall_s": time.perf_counter() - started,
+            **({"active_corpus": shared.active.info} if shared.active is not None else {})}
     write_result(name, data)
     plot(summary, settings.trial_costs_s, RESULTS / f"{name}.png")
     return data
+
+
+def parse_arms(text: str) -> tuple[str, ...]:
+    """``--arms``: comma-separated names from :data:`ARMS`, run in :data:`ARMS`' order."""
+    chosen = {a.strip() for a in text.split(",") if a.strip()}
+    unknown = sorted(chosen - set(ARMS))
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown arms {unknown}: choose from {', '.join(ARMS)}", param_hint="--arms")
+    return tuple(a for a in ARMS if a in chosen)
 
 
 @click.command()
@@ -213,16 +251,24 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
 @click.option("--steps", type=int, default=None, help="GRPO steps per arm (default 300)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="cost_curves", show_default=True, help="result file name under benchmarks/results")
-def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str) -> None:
+@click.option("--arms", default=",".join(ARMS), show_default=True, help="comma-separated arms to run")
+@click.option("--active-share", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help=f"{ACTIVE_ARM}: its corpus's solver trials as a share of the uniform corpus's (default 0.4)")
+def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str, arms: str,
+         active_share: float | None) -> None:
     """Utility vs solver trials and solver-seconds, PROPEL vs SIL, on the daemon's engine."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    chosen = parse_arms(arms)
     settings = Settings.quick() if quick else Settings()
-    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("active_share", active_share))
+                                 if v is not None}
     settings = replace(settings, **overrides)
-    for arm, goal in run(settings, data_dir, name)["summary"].get("goal", {}).items():
+    for arm, goal in run(settings, data_dir, name, chosen)["summary"].get("goal", {}).items():
         click.echo(f"{arm}/SIL lift per solver trial at step {settings.steps}: "
-                   f"{goal['vs_sil_lift_per_trial_final']} (goal ≥ 3; {goal['note'] or 'measured'})")
+                   f"{goal['vs_sil_lift_per_trial_final']} (goal ≥ 3; {goal['note'] or 'measured'}); passes SIL "
+                   f"at step {goal['first_step_per_trial_at_least_sil']}, 3× SIL at step "
+                   f"{goal['first_step_per_trial_at_least_target_x_sil']}")
 
 
 if __name__ == "__main__":
