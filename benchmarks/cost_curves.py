@@ -65,6 +65,7 @@ class Settings:
     trial_costs_s: tuple[float, ...] = (1.0, 600.0)
     bootstrap_steps: int | None = None
     active_share: float = 0.4  # the active arm's corpus trials, as a share of the uniform corpus's
+    spot_per_hour: int | None = None  # the daemon arms' spotcheck.budget_per_hour (None: the toy table's, 512)
 
     @staticmethod
     def quick() -> Settings:
@@ -90,6 +91,9 @@ def run_daemon(shared: toy.Shared, settings: Settings, root: Path, seed: int,
     spec = coevolution_spec(shared, settings, arm)
     run = f"coevo-{seed}" if arm == "PROPEL + co-evolution" else toy.run_name(arm, seed)
     cfg = toy.row_config(shared, settings.toy(), root, run, seed, settings.chunk, spec.rl, spec.probes)
+    if settings.spot_per_hour is not None:  # a sensitivity run: spot-checks not capped by a wall-clock hour
+        cfg = cfg.model_copy(update={"spotcheck": cfg.spotcheck.model_copy(
+            update={"budget_per_hour": settings.spot_per_hour})})
     store, run_id, engine = toy.open_row(cfg, shared, spec.members)
     metrics = build_metrics()
     hooks = ServiceHooks(cfg, store, run_id, metrics, Progress())
@@ -254,15 +258,18 @@ def parse_arms(text: str) -> tuple[str, ...]:
 @click.option("--arms", default=",".join(ARMS), show_default=True, help="comma-separated arms to run")
 @click.option("--active-share", type=click.FloatRange(0, 1, min_open=True), default=None,
               help=f"{ACTIVE_ARM}: its corpus's solver trials as a share of the uniform corpus's (default 0.4)")
+@click.option("--spot-per-hour", type=click.IntRange(0), default=None,
+              help="the co-evolution arms' spotcheck.budget_per_hour in tasks (default the toy table's 512; these "
+                   "runs are shorter than an hour, so a large value lets spot-checks go on every cycle)")
 def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str, arms: str,
-         active_share: float | None) -> None:
+         active_share: float | None, spot_per_hour: int | None) -> None:
     """Utility vs solver trials and solver-seconds, PROPEL vs SIL, on the daemon's engine."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     chosen = parse_arms(arms)
     settings = Settings.quick() if quick else Settings()
-    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("active_share", active_share))
-                                 if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("active_share", active_share),
+                                                   ("spot_per_hour", spot_per_hour)) if v is not None}
     settings = replace(settings, **overrides)
     for arm, goal in run(settings, data_dir, name, chosen)["summary"].get("goal", {}).items():
         click.echo(f"{arm}/SIL lift per solver trial at step {settings.steps}: "
