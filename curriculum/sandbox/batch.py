@@ -29,10 +29,8 @@ from typing import Any
 from curriculum.sandbox.base import ExecutionResult, Limits, Sandbox
 
 log = logging.getLogger(__name__)
-#: The sandboxed files, in the order they are joined (each may use what the ones before define).
-HARNESS_FILES = ("harness.py", "zygote.py", "forkserver.py")
-#: What runs in the sandbox: the evaluation code, the zygote, then the fork server (its ``main`` runs).
-HARNESS_SOURCE = "\n".join(Path(__file__).with_name(name).read_text() for name in HARNESS_FILES)
+#: What runs in the sandbox: the evaluation code, then the fork server (its ``main`` runs).
+HARNESS_SOURCE = "\n".join(Path(__file__).with_name(name).read_text() for name in ("harness.py", "forkserver.py"))
 #: The string-hash seed of grading and of validity's first (gold) run; the second run's is random.
 GRADING_HASH_SEED = 0
 PROGRAM_STATUSES = ("ok", "error", "timeout", "memory", "killed", "output_limit", "tampering")

@@ -57,7 +57,6 @@ else:
 
 with contextlib.suppress(ImportError):  # inside the sandbox harness.py's source is prepended instead
     from curriculum.sandbox.harness import prepare, run_program
-    from curriculum.sandbox.zygote import Zygote
 
 #: Per-run sandbox uids start here (see ``curriculum.sandbox.backends.run_uid``); a process with
 #: such a uid owns nothing on the host but this run's files, so it may delete them.
@@ -82,13 +81,12 @@ def harden() -> dict[str, bool]:
         return {"non_dumpable": False, "subreaper": False}
 
 
-def _children(keep: int | None = None) -> list[int]:
-    """This process's children but ``keep``."""
+def _children() -> list[int]:
     pid = os.getpid()
     try:  # raw descriptors, not open(): fewer objects touched per candidate (each page written costs a fault)
         fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
         try:
-            return [kid for kid in map(int, os.read(fd, 1 << 16).split()) if kid != keep]
+            return [int(p) for p in os.read(fd, 1 << 16).split()]
         finally:
             os.close(fd)
     except OSError:
@@ -97,17 +95,16 @@ def _children(keep: int | None = None) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid and int(entry) != keep:
+                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
                     kids.append(int(entry))
     return kids
 
 
-def reap_descendants(keep: int | None = None) -> int:
-    """SIGKILL and reap every descendant but the child ``keep`` (the zygote; orphans come back to
-    this subreaper); returns the count."""
+def reap_descendants() -> int:
+    """SIGKILL and reap every descendant (orphans come back to this subreaper); returns the count."""
     killed = 0
     for _ in range(10_000):
-        kids = _children(keep)
+        kids = _children()
         if not kids:
             break
         for kid in kids:
@@ -166,32 +163,62 @@ def scrub_writable(since_ns: int = 0) -> None:
         _run_tool(["/usr/bin/rm", "-rf", "--one-file-system", "--", *left])
 
 
-def _read_child(pidfd: int, read_fd: int, deadline: float, budget: int, zygote: Zygote
-                ) -> tuple[bytes, str | None, bool, int | None]:
-    """What the child's pipe delivers until EOF, the failure (``timeout``/``output_limit``), whether
-    the child has exited and its wait status (``None`` when the zygote did not report it)."""
+def _child(prog: dict[str, Any], write_fd: int, settings: dict[str, Any]) -> None:
+    """Runs in the forked child; never returns."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, max(write_fd + 2, os.sysconf("SC_OPEN_MAX")))
+        if settings["oom_fd"] is not None:  # under a cgroup limit the OOM killer picks candidates first
+            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("1000")
+
+        lines: list[str] = []
+
+        def emit(record: dict[str, Any]) -> None:
+            lines.append(json.dumps(record) + "\n")
+            if record["kind"] == "program":  # one write at the end: one wake-up for the parent
+                data = memoryview("".join(lines).encode())
+                while data:
+                    data = data[os.write(write_fd, data):]
+
+        run_program(prog, settings["call_timeout_s"], settings["max_output_chars"], emit,
+                    settings["stop_on_failure"])
+    finally:
+        os._exit(0)
+
+
+def _read_child(pid: int, read_fd: int, deadline: float, budget: int) -> tuple[bytes, str | None, int | None]:
+    """What the child's pipe delivers until EOF, the failure (``timeout``/``output_limit``) and the
+    child's wait status once it has been reaped."""
     data = bytearray()
-    exited, status = False, None
+    status: int | None = None
     poller = select.poll()
+    pidfd = os.pidfd_open(pid)
     poller.register(read_fd, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return bytes(data), "timeout", exited, status
-        for fd, _ in poller.poll(remaining * 1000):
-            if fd == pidfd:  # the child is gone: its descendants may hold the pipe open
-                poller.unregister(pidfd)
-                exited, status = True, zygote.wait_status(deadline)
-                if reap_descendants(zygote.pid):
-                    continue
-                return bytes(data) + _read_rest(read_fd, budget - len(data)), None, exited, status
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                return bytes(data), None, exited, status
-            data += chunk
-            if len(data) > budget:
-                return bytes(data), "output_limit", exited, status
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return bytes(data), "timeout", status
+            for fd, _ in poller.poll(remaining * 1000):
+                if fd == pidfd:  # the child is gone: its descendants may hold the pipe open
+                    poller.unregister(pidfd)
+                    status = os.waitpid(pid, 0)[1]
+                    if reap_descendants():
+                        continue
+                    return bytes(data) + _read_rest(read_fd, budget - len(data)), None, status
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    return bytes(data), None, status
+                data += chunk
+                if len(data) > budget:
+                    return bytes(data), "output_limit", status
+    finally:
+        os.close(pidfd)
 
 
 def _read_rest(read_fd: int, budget: int) -> bytes:
@@ -260,12 +287,11 @@ def oom_kills(fd: int | None) -> int:
     return 0
 
 
-def run_isolated(index: int, prog: dict[str, Any], settings: dict[str, Any], zygote: Zygote) -> list[dict[str, Any]]:
-    """Run program ``index`` (``prog``) in its own child, forked by ``zygote``; the checked records
-    to forward to the host. An OOM kill in the run's cgroup while it ran (``settings["oom_fd"]``)
-    makes it ``memory``."""
+def run_isolated(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one program in its own child; the checked records to forward to the host. An OOM kill
+    in the run's cgroup while it ran (``settings["oom_fd"]``) makes it ``memory``."""
     oom_before = oom_kills(settings["oom_fd"])
-    records = _run_child(index, prog, settings, zygote)
+    records = _run_child(prog, settings)
     oom = oom_kills(settings["oom_fd"]) - oom_before
     if oom > 0:
         return [{"kind": "program", "id": prog["id"], "status": "memory",
@@ -273,35 +299,32 @@ def run_isolated(index: int, prog: dict[str, Any], settings: dict[str, Any], zyg
     return records
 
 
-def _run_child(index: int, prog: dict[str, Any], settings: dict[str, Any], zygote: Zygote) -> list[dict[str, Any]]:
+def _run_child(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     n = len(prog["inputs"])
     timeout_s = settings["call_timeout_s"]
     allowed_s = timeout_s * (2 * n + 1) + 1.0
     deadline = time.monotonic() + allowed_s
     budget = (settings["max_output_chars"] * 6 + 4096) * (n + 1)
-    end = {"kind": "program", "id": prog["id"]}
-    child = zygote.spawn(index, deadline)
-    if child is None:  # a child forked before the zygote died is the server's now
-        reap_descendants(zygote.pid)
-        return [{**end, "status": "killed", "error": zygote.lost}]
-    read_fd, pidfd = child
-    exited, status = False, None
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(prog, write_fd, settings)
+    os.close(write_fd)
+    status: int | None = None
     try:
-        data, failure, exited, status = _read_child(pidfd, read_fd, deadline, budget, zygote)
+        data, failure, status = _read_child(pid, read_fd, deadline, budget)
     finally:
         os.close(read_fd)
-        if not exited:
+        if status is None:
             with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            status = zygote.wait_status(deadline)
-            reap_descendants(zygote.pid)
-        os.close(pidfd)
-    lost = zygote.check()
+                os.kill(pid, signal.SIGKILL)
+            status = os.waitpid(pid, 0)[1]
+            reap_descendants()
     calls, final, tampering = check_records(data, prog)
+    end = {"kind": "program", "id": prog["id"]}
     if tampering:
         return [{**end, "status": "tampering", "error": tampering}]
-    if lost or status is None:
-        return [{**end, "status": "killed", "error": lost}]
     if failure == "timeout":
         return [{**end, "status": "timeout", "error": f"program exceeded its {allowed_s:g}s deadline"}]
     if failure == "output_limit":
@@ -367,29 +390,26 @@ def main() -> None:
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     protections = harden()
-    programs = payload["programs"]
-    for prog in programs:
+    for prog in payload["programs"]:
         prepare(prog)
     warm_up()
     gc.collect()
-    gc.freeze()  # the zygote and its children do not copy-on-write pages just to scan these objects
+    gc.freeze()  # children do not copy-on-write pages just to scan the parent's objects
     oom_fd = os.environ.pop(OOM_FD_ENV, None)
     settings = {"oom_fd": int(oom_fd) if oom_fd and oom_fd.isdigit() else None,
                 "call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
                 "max_output_chars": int(payload.get("max_output_chars", 1_000_000)),
                 "stop_on_failure": bool(payload.get("stop_on_failure", True))}
-    zygote = Zygote(programs, settings)
 
     def emit(records: list[dict[str, Any]]) -> None:  # one write per program
         data = memoryview("".join(json.dumps(record) + "\n" for record in records).encode())
         while data:
             data = data[os.write(result_fd, data):]
 
-    for index, prog in enumerate(programs):
+    for prog in payload["programs"]:
         started_ns = time.time_ns()
-        emit(run_isolated(index, prog, settings, zygote))
+        emit(run_isolated(prog, settings))
         scrub_writable(started_ns)
-    zygote.stop()
     emit([{"kind": "done", "protections": protections}])
 
 
