@@ -60,13 +60,20 @@ BODIES = (
 BEFORE_COMMIT = "f81c0fe"
 
 
+#: Every file the sandboxed batch harness has been made of, in the order they are joined.
+HARNESS_FILES_EVER = ("harness.py", "zygote.py", "forkserver.py")
+
+
 def source_at(commit: str) -> str | None:
-    """The batch harness (harness.py + forkserver.py) as of ``commit``; None without git."""
+    """The batch harness as of ``commit`` (those of :data:`HARNESS_FILES_EVER` that exist there,
+    joined in order); None without git."""
     root = Path(__file__).resolve().parents[1]
     parts = []
-    for name in ("harness.py", "forkserver.py"):
+    for name in HARNESS_FILES_EVER:
         out = subprocess.run(["git", "show", f"{commit}:curriculum/sandbox/{name}"], cwd=root, capture_output=True,
                              text=True, check=False)
+        if out.returncode != 0 and name not in ("harness.py", "forkserver.py"):
+            continue  # a file added later (zygote.py)
         if out.returncode != 0:
             return None
         parts.append(out.stdout)
@@ -88,11 +95,16 @@ class OneInterpreterSandbox:
         return self.inner.run_python(self.source, stdin, limits, site_packages)
 
 
+def task_source(t: int) -> tuple[str, list[str]]:
+    """Task ``t``'s code (one of :data:`BODIES`, varied) and its 10 inputs."""
+    code = BODIES[t % len(BODIES)].replace("):\n", f"):\n    k = k + {t % 3}\n", 1)
+    return code, [f"[{t + i}, {i * 3 + 1}, {2 * i + t % 7}, {i * i}], {1 + (i + t) % 4}" for i in range(10)]
+
+
 def make_completions(n: int) -> list[str]:
     out = []
     for t in range(n):
-        code = BODIES[t % len(BODIES)].replace("):\n", f"):\n    k = k + {t % 3}\n", 1)
-        inputs = [f"[{t + i}, {i * 3 + 1}, {2 * i + t % 7}, {i * i}], {1 + (i + t) % 4}" for i in range(10)]
+        code, inputs = task_source(t)
         text = f"```python\n{code}\n```\n" + "".join(f"```input\n{s}\n```\n" for s in inputs)
         out.append(text + f"```message\npuzzle {t}\n```\n")
     return out
