@@ -34,6 +34,7 @@ from curriculum.store.selection import MixtureKey, Selection, lease_selected, un
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
 from daemon.http.fields import Text, VersionText
+from daemon.http.pressure import ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
 from probes.band import Band
@@ -63,6 +64,7 @@ class ApiContext:
     refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
+    pressure: ApiPressure | None = None  # marked by every queue request (``propel run`` yielding to its API)
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -260,6 +262,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.state.store = ctx.store  # the dashboard router reads these two
     app.state.run_name = ctx.run_name
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    if ctx.pressure is not None:  # outermost: a request counts from its arrival to its answer
+        app.add_middleware(MarkPressure, pressure=ctx.pressure)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _export_route(app)
