@@ -1,10 +1,13 @@
 """How busy the API's queue is, for training work that yields to it (``api.yield_to_api``).
 
-:class:`ApiPressure` counts the queue requests (``/v1/tasks/...``: lease, ack, nack, renew, export)
-in flight and remembers when the last one ended; :class:`MarkPressure`, a plain ASGI middleware,
-updates it around every such request. Status, health, metrics and dashboard requests are not
-counted: a dashboard polling every few seconds should not hold the training. The training side
-(:mod:`daemon.service.yielding`) reads :meth:`ApiPressure.idle_for` at its checkpoints.
+:class:`ApiPressure` remembers when the last queue request that did work was answered;
+:class:`MarkPressure`, a plain ASGI middleware, marks it at the end of every request under
+``/v1/tasks`` (lease, ack, nack, renew, export) except a lease that found nothing: a trainer polling
+an empty queue waits for tasks the training makes, so its polls must not hold the training (the
+lease route says so through the request's state, :data:`NOTHING_LEASED`). Status, health, metrics
+and dashboard requests are not marked: a dashboard polling every few seconds should not hold the
+training. The training side (:mod:`daemon.service.yielding`) reads :meth:`ApiPressure.idle_for` at
+its checkpoints.
 """
 
 from __future__ import annotations
@@ -17,38 +20,34 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 QUEUE_PREFIX = "/v1/tasks"
+#: Set to True in a request's state (``request.state``) by a lease that leased nothing.
+NOTHING_LEASED = "propel_nothing_leased"
 
 
 class ApiPressure:
-    """Queue requests in flight and the end of the last one; thread-safe, a lock and a clock read per call."""
+    """When the last queue request with work was answered; thread-safe, a lock and a clock read per call."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._active = 0
-        self._last_end = -math.inf
-        self.requests = 0  # queue requests seen (started)
+        self._last = -math.inf
+        self.requests = 0  # queue requests marked
 
-    def started(self) -> None:
-        with self._lock:
-            self._active += 1
-            self.requests += 1
-
-    def finished(self) -> None:
+    def mark(self) -> None:
         now = self.clock()
         with self._lock:
-            self._active -= 1
-            self._last_end = now
+            self._last = now
+            self.requests += 1
 
     def idle_for(self, now: float | None = None) -> float:
-        """Seconds since the last queue request ended (0 while one is in flight; inf before the first)."""
+        """Seconds since the last marked request was answered (inf before the first)."""
         at = self.clock() if now is None else now
         with self._lock:
-            return 0.0 if self._active > 0 else max(0.0, at - self._last_end)
+            return max(0.0, at - self._last)
 
 
 class MarkPressure:
-    """ASGI middleware: every queue request is marked on ``pressure`` from its start to its answer."""
+    """ASGI middleware: every answered queue request marks ``pressure`` (unless it leased nothing)."""
 
     def __init__(self, app: ASGIApp, pressure: ApiPressure) -> None:
         self.app, self.pressure = app, pressure
@@ -57,8 +56,8 @@ class MarkPressure:
         if scope["type"] != "http" or not scope["path"].startswith(QUEUE_PREFIX):
             await self.app(scope, receive, send)
             return
-        self.pressure.started()
         try:
             await self.app(scope, receive, send)
         finally:
-            self.pressure.finished()
+            if not scope.get("state", {}).get(NOTHING_LEASED):
+                self.pressure.mark()

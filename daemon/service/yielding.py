@@ -1,12 +1,13 @@
 """The API first, cooperatively: the training work of a ``propel run`` that serves the API pauses while
 trainers are using the queue (``api.yield_to_api``).
 
-The API marks every queue request on an :class:`~daemon.http.pressure.ApiPressure`. The work calls
+The API marks every answered queue request (but an empty lease) on an
+:class:`~daemon.http.pressure.ApiPressure`. The work calls
 :meth:`YieldGate.wait` at its checkpoints: at the start of every phase and before every forward
 pass of the generator and the frozen reference (:func:`gate_models`: a forward pre-hook, so RL
 generation, GRPO's forward passes, sampling, probe scoring and feature extraction all yield between
-passes). ``wait`` returns at once when no queue request has run for ``api.yield_idle_ms``; else it
-sleeps in short slices until the API is that idle. It never holds the work longer than
+passes). ``wait`` returns at once when no queue request was answered in the last ``api.yield_idle_ms``;
+else it sleeps in short slices until the API is that idle. It never holds the work longer than
 ``api.yield_max_s`` in a row: then the work runs without yielding for
 ``yield_max_s × yield_floor / (1 − yield_floor)`` seconds, so under API load that never pauses the
 training still gets a ``yield_floor`` share of the wall time (it is slowed, never starved).
@@ -54,7 +55,8 @@ class NoGate:
 
 
 class YieldGate:
-    """Holds work while ``pressure`` shows queue requests within the last ``idle_s``; see the module docstring.
+    """Holds work while ``pressure`` shows a queue request answered within the last ``idle_s``; see the module
+    docstring.
 
     ``clock`` and ``sleep`` are injectable (tests); ``sleep`` defaults to waiting on the close event, so
     :meth:`close` wakes a held thread at once. ``on_held(seconds)`` is called after every hold."""

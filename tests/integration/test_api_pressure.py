@@ -1,6 +1,7 @@
 """``api.yield_to_api`` end to end on the HTTP side: the API app ``propel run`` builds (``build_api_app``
 with its ``ApiPressure``), served by a real uvicorn server, marks every queue request, and the training
-gate then holds; status and health requests do not count."""
+gate then holds; status and health requests, and leases that find nothing (a trainer polling an empty
+queue), do not count."""
 
 from __future__ import annotations
 
@@ -28,16 +29,17 @@ def test_queue_requests_mark_pressure_and_the_gate_holds(store: Store) -> None:
     pressure, metrics = ApiPressure(), build_metrics()
     gate = build_gate(cfg, pressure, metrics)
     assert isinstance(gate, YieldGate)
-    ids = seed(store, 2)
-    with serve_app(build_api_app(cfg, store, metrics, pressure=pressure)) as url:
+    with serve_app(build_api_app(cfg, store, metrics, pressure=pressure)) as url, PropelClient(url) as client:
+        assert client.lease(n=4, consumer="trainer") == []  # no run yet
+        [task_id] = seed(store, 1)
         assert httpx.get(f"{url}/v1/status").status_code == 200
         assert httpx.get(f"{url}/healthz").status_code in (200, 503)
-        assert pressure.requests == 0 and gate.wait() == 0.0  # no queue request yet: the training runs
-        with PropelClient(url) as client:
-            [task] = client.lease(n=1, lease_s=60, consumer="trainer")
-            assert client.ack(task, solved=1, n=8, solver="pol@1") == "acked"
+        assert pressure.requests == 0 and gate.wait() == 0.0  # no queue request with work yet: the training runs
+        [task] = client.lease(n=4, lease_s=60, consumer="trainer")
+        assert client.ack(task, solved=1, n=8, solver="pol@1") == "acked"
+        assert client.lease(n=4, consumer="trainer") == []  # the queue is empty now: a poll, not pressure
         assert pressure.requests == 2 and pressure.idle_for() < 60
         held = gate.wait()
     assert held >= cfg.api.yield_max_s and gate.holds == 1  # held until released by yield_max_s
     assert metrics.registry.get_sample_value("propel_work_yielded_seconds_total") == pytest.approx(held)
-    assert task.id in ids
+    assert task.id == task_id

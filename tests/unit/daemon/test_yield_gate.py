@@ -20,26 +20,27 @@ from daemon.service.yielding import NoGate, YieldGate, gate_models
 
 
 class FakeClock:
-    """A clock that only moves when the gate sleeps; ``at`` schedules callbacks (e.g. a request ending)."""
+    """A clock that only moves when the gate sleeps; ``during`` runs an action after every sleep until a time
+    (e.g. a trainer's requests answered back to back)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
         self.sleeps: list[float] = []
-        self.events: list[tuple[float, Callable[[], None]]] = []
+        self.actions: list[tuple[float, Callable[[], None]]] = []
 
     def __call__(self) -> float:
         return self.now
 
-    def at(self, t: float, action: Callable[[], None]) -> None:
-        self.events.append((t, action))
+    def during(self, until: float, action: Callable[[], None]) -> None:
+        self.actions.append((until, action))
 
     def sleep(self, seconds: float) -> None:
         assert seconds > 0
         self.sleeps.append(seconds)
         self.now += seconds
-        for event in [e for e in self.events if e[0] <= self.now + 1e-9]:
-            self.events.remove(event)
-            event[1]()
+        for until, action in self.actions:
+            if self.now <= until + 1e-9:
+                action()
 
 
 def _gate(clock: FakeClock, held: list[float] | None = None) -> tuple[YieldGate, ApiPressure]:
@@ -52,8 +53,7 @@ def test_idle_api_never_holds() -> None:
     clock = FakeClock()
     gate, pressure = _gate(clock)
     assert gate.wait() == 0.0  # no request yet
-    pressure.started()
-    pressure.finished()
+    pressure.mark()
     clock.now += 0.1
     assert gate.wait() == 0.0 and clock.sleeps == []
 
@@ -62,9 +62,9 @@ def test_busy_api_holds_until_it_has_been_idle_for_idle_ms() -> None:
     clock = FakeClock()
     held: list[float] = []
     gate, pressure = _gate(clock, held)
-    pressure.started()  # a lease in flight, answered 0.3 s from now
-    clock.at(clock.now + 0.3, pressure.finished)
-    assert gate.wait() == pytest.approx(0.4)  # 0.3 s in flight + 0.1 s idle
+    pressure.mark()
+    clock.during(clock.now + 0.3, pressure.mark)  # requests answered back to back for 0.3 s
+    assert gate.wait() == pytest.approx(0.4)  # 0.3 s of requests + 0.1 s idle
     assert held == [pytest.approx(0.4)] and max(clock.sleeps) <= yielding.SLICE_S
     assert gate.wait() == 0.0  # idle now
 
@@ -72,8 +72,7 @@ def test_busy_api_holds_until_it_has_been_idle_for_idle_ms() -> None:
 def test_a_request_that_just_ended_holds_for_the_rest_of_idle_ms() -> None:
     clock = FakeClock()
     gate, pressure = _gate(clock)
-    pressure.started()
-    pressure.finished()
+    pressure.mark()
     clock.now += 0.04
     assert gate.wait() == pytest.approx(0.06)
 
@@ -81,13 +80,16 @@ def test_a_request_that_just_ended_holds_for_the_rest_of_idle_ms() -> None:
 def test_busy_forever_releases_after_max_hold_then_runs_its_floor_share() -> None:
     clock = FakeClock()
     gate, pressure = _gate(clock)
-    pressure.started()  # never finishes
+    pressure.mark()
+    clock.during(float("inf"), pressure.mark)  # a trainer that never pauses
     assert gate.wait() == pytest.approx(2.0)
     run_s = 2.0 * 0.2 / 0.8
     assert gate.run_s == pytest.approx(run_s)
     clock.now += run_s / 2
+    pressure.mark()
     assert gate.wait() == 0.0  # within the free-running period: no hold
     clock.now += run_s / 2
+    pressure.mark()
     assert gate.wait() == pytest.approx(2.0)  # held again
     assert gate.holds == 2 and gate.held_s == pytest.approx(4.0)
 
@@ -95,7 +97,7 @@ def test_busy_forever_releases_after_max_hold_then_runs_its_floor_share() -> Non
 def test_close_releases_and_disables_the_gate() -> None:
     pressure = ApiPressure()
     gate = YieldGate(pressure, idle_s=3600, max_hold_s=3600, floor=0.5)
-    pressure.started()  # busy for good: only close() can release the worker
+    pressure.mark()  # busy for an hour: only close() can release the worker
     result: list[float] = []
     worker = threading.Thread(target=lambda: result.append(gate.wait()))
     worker.start()
@@ -108,11 +110,13 @@ def test_close_releases_and_disables_the_gate() -> None:
 def test_holds_are_logged_at_most_every_log_interval(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     gate, pressure = _gate(clock)
-    pressure.started()
+    pressure.mark()
+    clock.during(float("inf"), pressure.mark)
     with caplog.at_level(logging.INFO, logger="propel.service"):
         gate.wait()  # 2 s after start: too early to log
         assert not caplog.records
         clock.now += yielding.LOG_EVERY_S
+        pressure.mark()
         gate.wait()
     [record] = caplog.records
     assert "training yielded 4.0 s to the API in 2 holds over the last 34 s" in record.getMessage()
