@@ -23,7 +23,9 @@ freshly seeded tasks (realistic ~0.7 kB messages) with the same consumers and ba
                        after seeding, SIGCONT after the drain): a daemon's API with the CPU to itself.
                        The three are skipped with ``--no-in-run``.
 
-Both daemons run with the config's ``api.work_nice`` (0 = off by default; ``--work-nice N`` sets it).
+Both daemons run with the config's ``api.work_nice`` (0 = off by default; ``--work-nice N`` sets it) and
+``api.yield_to_api`` (the training pauses while trainers use the queue; ``--yield`` / ``--no-yield`` set it).
+The training daemon's ``propel_work_yielded_seconds_total`` is read from its ``/metrics`` at the end.
 
 Reports tasks/s, p50/p99 lease latency, and checks nothing was delivered twice or lost.
 
@@ -54,9 +56,9 @@ DAEMON_ARMS = ("http_in_run", "http_run_paused")
 
 
 def config(path: Path, url: str, port: int, data_dir: Path, generator: Path | None, run: str = RUN,
-           idle: bool = False, work_nice: int | None = None) -> Path:
+           idle: bool = False, api: dict[str, Any] | None = None) -> Path:
     """``propel serve``: the store and port only; ``propel run``: the e2e tests' small CPU daemon
-    (``idle``: one phase at start, then nothing for a day; ``work_nice``: ``api.work_nice``, else the default)."""
+    (``idle``: one phase at start, then nothing for a day; ``api``: ``[api]`` settings, else the defaults)."""
     from testkit.configs import write_config
 
     if generator is None:
@@ -66,8 +68,9 @@ def config(path: Path, url: str, port: int, data_dir: Path, generator: Path | No
     text = path.read_text()
     if idle:
         text = text.replace("tick_interval_s = 0.05", "tick_interval_s = 86400")
-    if work_nice is not None:
-        text = text.replace(f"[api]\nport = {port}\n", f"[api]\nport = {port}\nwork_nice = {work_nice}\n")
+    lines = "".join(f"{key} = {str(value).lower() if isinstance(value, bool) else value}\n"
+                    for key, value in (api or {}).items())
+    text = text.replace(f"[api]\nport = {port}\n", f"[api]\nport = {port}\n{lines}")
     path.write_text(text)
     return path
 
@@ -108,13 +111,14 @@ def in_run_phase(url: str, run: str = RUN) -> str | None:
 
 
 def start_http_arm(url: str, arm: str, work: Path, generator: Path | None,
-                   work_nice: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``propel serve`` or ``propel run`` (API on) for the arm's run; returns the process and API URL."""
+                   api: dict[str, Any] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``propel serve`` or ``propel run`` (API on, ``api``: its ``[api]`` settings) for the arm's run;
+    returns the process and API URL."""
     from testkit.servers import free_port
 
     port, run = free_port(), ARM_RUN[arm]
     cfg = config(work / f"{arm}.toml", url, port, work / f"data-{arm}", generator, run, arm == "http_run_paused",
-                 work_nice)
+                 api)
     proc = start_cli(["run"] if arm in DAEMON_ARMS else ["serve"], cfg, work / f"{arm}.log", port, 900)
     if arm in DAEMON_ARMS:  # wait until the daemon is past its start-up (first probe) and cycling;
         # the idle one (a fresh run starts at "rl") until its one phase is over
@@ -223,6 +227,52 @@ def run_rounds(url: str, arms: list[str], args: argparse.Namespace, apis: dict[s
     return offset
 
 
+def result_name(work_nice: int, yield_to_api: bool) -> str:
+    """``queue_throughput`` at the config defaults; a suffix per setting that differs from them."""
+    from daemon.config import PropelConfig
+
+    default = PropelConfig().api
+    return "queue_throughput" + (f"_work_nice{work_nice}" if work_nice != default.work_nice else "") + (
+        ("_yield" if yield_to_api else "_no_yield") if yield_to_api != default.yield_to_api else "")
+
+
+def yielded_seconds(api: str) -> float | None:
+    """The daemon's ``propel_work_yielded_seconds_total`` (None when it cannot be read)."""
+    import httpx
+
+    try:
+        text = httpx.get(f"{api}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return None
+    return next((float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith("propel_work_yielded_seconds_total ")), None)
+
+
+def in_run_phase2(url: str, args: argparse.Namespace, work: Path, serve_api: str,
+                  samples: dict[str, list[dict[str, Any]]], offset: int, api: dict[str, Any]) -> dict[str, Any]:
+    """Phase 2: a training ``propel run`` (API on) next to the same ``propel serve``; returns what the
+    daemons report (thread niceness, seconds the training yielded)."""
+    from curriculum.bootstrap import bootstrap
+
+    gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
+    daemon, run_api = start_http_arm(url, "http_in_run", work, gen, api)
+    idle: subprocess.Popen[bytes] | None = None
+    try:
+        idle, idle_api = start_http_arm(url, "http_run_paused", work, gen, api)
+        before = yielded_seconds(run_api)
+        run_rounds(url, ["http_beside_run", "http_in_run", "http_run_paused"], args,
+                   {"http_beside_run": serve_api, "http_in_run": run_api, "http_run_paused": idle_api},
+                   samples, offset, freeze={"http_run_paused": daemon})
+        after = yielded_seconds(run_api)
+        return {"daemon_threads_by_nice": {"http_in_run": thread_nices(daemon.pid),
+                                           "http_run_paused": thread_nices(idle.pid)},
+                "training_yielded_s_during_rounds": None if before is None or after is None else after - before}
+    finally:
+        stop(daemon)
+        if idle is not None:
+            stop(idle)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=20_000)
@@ -233,48 +283,43 @@ def main() -> None:
     ap.add_argument("--work-nice", type=int, default=None,
                     help="the daemons' api.work_nice (default: the config default); another value writes "
                          "queue_throughput_work_nice<N>.json")
+    ap.add_argument("--yield", dest="yield_to_api", action=argparse.BooleanOptionalAction, default=None,
+                    help="the daemons' api.yield_to_api (default: the config default); the other value writes "
+                         "queue_throughput[_work_nice<N>]_yield.json or _no_yield.json")
     args = ap.parse_args()
     from daemon.config import PropelConfig
 
-    work_nice = PropelConfig().api.work_nice if args.work_nice is None else args.work_nice
-    name = "queue_throughput" if work_nice == PropelConfig().api.work_nice else f"queue_throughput_work_nice{work_nice}"
+    default = PropelConfig().api
+    work_nice = default.work_nice if args.work_nice is None else args.work_nice
+    yield_to_api = default.yield_to_api if args.yield_to_api is None else args.yield_to_api
+    name = result_name(work_nice, yield_to_api)
     samples: dict[str, list[dict[str, Any]]] = {}
     load = {"start": os.getloadavg()}
-    nices: dict[str, dict[str, int]] = {}
+    daemons: dict[str, Any] = {}
     with scratch_postgres() as url, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         serve, serve_api = start_http_arm(url, "http", work, None)
         try:  # phase 1: nothing else runs
             offset = run_rounds(url, ["bare_sql", "store", "store_select", "http"], args, {"http": serve_api},
                                 samples, 1)
-            if not args.no_in_run:  # phase 2: a training `propel run` (API on) next to the same `propel serve`
-                from curriculum.bootstrap import bootstrap
-
-                gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
-                daemon, run_api = start_http_arm(url, "http_in_run", work, gen, work_nice)
-                idle: subprocess.Popen[bytes] | None = None
-                try:
-                    idle, idle_api = start_http_arm(url, "http_run_paused", work, gen, work_nice)
-                    run_rounds(url, ["http_beside_run", "http_in_run", "http_run_paused"], args,
-                               {"http_beside_run": serve_api, "http_in_run": run_api, "http_run_paused": idle_api},
-                               samples, offset, freeze={"http_run_paused": daemon})
-                    nices = {"http_in_run": thread_nices(daemon.pid), "http_run_paused": thread_nices(idle.pid)}
-                finally:
-                    stop(daemon)
-                    if idle is not None:
-                        stop(idle)
+            if not args.no_in_run:
+                daemons = in_run_phase2(url, args, work, serve_api, samples, offset,
+                                        {"work_nice": work_nice, "yield_to_api": yield_to_api})
         finally:
             stop(serve)
     load["end"] = os.getloadavg()
     res = {a: median_sample(s) for a, s in samples.items()}
     rat = ratios(res)
     write_result(name, {"tasks": args.tasks, "consumers": args.consumers, "batch": args.batch,
-                        "rounds": args.rounds, "work_nice": work_nice, "benchmark_nice": os.nice(0),
-                        "daemon_threads_by_nice": nices, "load_average_1_5_15": load, "arms": res, "ratios": rat,
+                        "rounds": args.rounds, "work_nice": work_nice, "yield_to_api": yield_to_api,
+                        "yield_settings": {"idle_ms": default.yield_idle_ms, "max_s": default.yield_max_s,
+                                           "floor": default.yield_floor},
+                        "benchmark_nice": os.nice(0), **daemons, "load_average_1_5_15": load, "arms": res,
+                        "ratios": rat,
                         "goals": {"store_vs_bare": 0.7, "http_tasks_per_s": 2000, "http_in_run_vs_serve": 0.8}})
     plot(res, RESULTS / f"{name}.png",
          f"frontier queue on PostgreSQL, {args.consumers} consumers, batch {args.batch}, {os.cpu_count()} CPUs "
-         f"(median of {args.rounds} rounds, api.work_nice {work_nice})")
+         f"(median of {args.rounds} rounds, api.work_nice {work_nice}, yield_to_api {yield_to_api})")
     print({k: None if v is None else round(v, 3) for k, v in rat.items()})
 
 

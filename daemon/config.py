@@ -387,11 +387,44 @@ class ApiConfig(_Section):
                            "nicer than the API's (Linux; 0 = off, 19 = lowest; off by default: no API gain measured, "
                            "docs/QUEUE.md)")
 
+    yield_to_api: bool = Field(default=True, description="inside `propel run`: training work pauses (between "
+                               "forward passes and phases) while trainers use the queue API (docs/QUEUE.md)")
+    yield_idle_ms: int = Field(default=100, description="the queue API counts as idle after this many ms "
+                               "without a request; held training resumes then")
+    yield_max_s: float = Field(default=2.0, description="longest hold of the training in a row; then it runs "
+                               "its yield_floor share before yielding again")
+    yield_floor: float = Field(default=0.2, description="share of wall time the training keeps under API load "
+                               "that never pauses (0 < floor < 1)")
+
     @field_validator("work_nice")
     @classmethod
     def _nice_range(cls, value: int) -> int:
         if not 0 <= value <= 19:
             raise ValueError(f"{value} is outside 0..19: set api.work_nice between 0 (off, the default) and 19")
+        return value
+
+    @field_validator("yield_idle_ms")
+    @classmethod
+    def _idle_range(cls, value: int) -> int:
+        if not 1 <= value <= 60_000:
+            raise ValueError(f"{value} is outside 1..60000: set api.yield_idle_ms to e.g. 100 (a pause between a "
+                             "trainer's requests longer than this lets the training run)")
+        return value
+
+    @field_validator("yield_max_s")
+    @classmethod
+    def _max_range(cls, value: float) -> float:
+        if not 0 < value <= 3600:
+            raise ValueError(f"{value} is outside (0, 3600]: set api.yield_max_s to e.g. 2.0 seconds (to stop "
+                             "yielding, set api.yield_to_api = false)")
+        return value
+
+    @field_validator("yield_floor")
+    @classmethod
+    def _floor_range(cls, value: float) -> float:
+        if not 0 < value < 1:
+            raise ValueError(f"{value} is outside (0, 1): set api.yield_floor to e.g. 0.2 (to stop yielding, set "
+                             "api.yield_to_api = false)")
         return value
 
 

@@ -34,6 +34,7 @@ from curriculum.store.selection import MixtureKey, Selection, lease_selected, un
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
 from daemon.http.fields import Text, VersionText
+from daemon.http.pressure import NOTHING_LEASED, ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
 from probes.band import Band
@@ -63,6 +64,7 @@ class ApiContext:
     refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
+    pressure: ApiPressure | None = None  # marked by every queue request (``propel run`` yielding to its API)
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -260,6 +262,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.state.store = ctx.store  # the dashboard router reads these two
     app.state.run_name = ctx.run_name
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    if ctx.pressure is not None:  # outermost: a request counts from its arrival to its answer
+        app.add_middleware(MarkPressure, pressure=ctx.pressure)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _export_route(app)
@@ -285,19 +289,20 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 
 def _queue_routes(app: FastAPI) -> None:
     @app.post("/v1/tasks/lease", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
-    def lease(body: LeaseRequest, ctx: Ctx) -> Response:
+    def lease(body: LeaseRequest, ctx: Ctx, request: Request) -> Response:
         """Lease up to ``n`` frontier tasks for ``lease_s`` seconds (at-least-once delivery), optionally a
         mixture of ``domains`` or ``topics`` (name → weight), a ``predicted_in_band`` range and a ``solver``;
         an unknown name is a 422."""
         sel = body.selection()
         with ctx.store.autocommit() as s:  # each lease statement is atomic on its own
             run_id = ctx.resolve_run(s)
-            if run_id is None:
-                return FastJSON({"tasks": []})
-            missing = unknown_names(s, run_id, sel, ctx.known_names)
+            missing = [] if run_id is None else unknown_names(s, run_id, sel, ctx.known_names)
             if missing:
                 return _unknown(missing, ctx.run_name)
-            got = lease_selected(s, body.n, body.lease_s, body.consumer, ctx.max_attempts, run_id=run_id, sel=sel)
+            got = [] if run_id is None else lease_selected(s, body.n, body.lease_s, body.consumer, ctx.max_attempts,
+                                                           run_id=run_id, sel=sel)
+        if not got:  # a poll of an empty queue: the training yields nothing to it (daemon/http/pressure.py)
+            setattr(request.state, NOTHING_LEASED, True)
         return FastJSON({"tasks": [{"lease_token": x.lease_token, "lease_until": x.lease_until.isoformat(),
                                     "attempts": x.attempts, "task": orjson.Fragment(x.message_json)} for x in got]})
 

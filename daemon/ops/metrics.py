@@ -16,7 +16,8 @@ Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``,
   (:func:`export_queue_depths`).
 
 Plus ``propel_cycle``, ``propel_alerts_fired_total{rule,severity}``, ``propel_alert_active{rule,severity}``,
-``propel_degraded{reason}`` and the histogram ``propel_phase_duration_seconds{phase}``.
+``propel_degraded{reason}``, the histogram ``propel_phase_duration_seconds{phase}`` and
+``propel_work_yielded_seconds_total`` (training held while trainers used the queue, ``api.yield_to_api``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class PropelMetrics:
     alert_active: Gauge
     phase_duration: Histogram
     degraded: Gauge
+    work_yielded: Counter
     exported: dict[str, float] = field(default_factory=dict)  # what this process added to each total
 
 
@@ -95,6 +97,8 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)),
         degraded=Gauge("propel_degraded", "1 while the daemon is degraded for this reason (see /v1/status)",
                        ["reason"], registry=reg),
+        work_yielded=Counter("propel_work_yielded_seconds", "Seconds the training work was held while "
+                             "trainers used the queue API (api.yield_to_api)", registry=reg),
     )
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape
         metrics.phase_duration.labels(phase=phase)

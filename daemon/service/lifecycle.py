@@ -29,6 +29,7 @@ from daemon.loop.state import StateError
 from daemon.service.lease import LeaderLease, make_lease
 from daemon.service.priority import WorkPriority
 from daemon.service.settings import build_store
+from daemon.service.yielding import NoGate, WorkGate
 
 log = logging.getLogger("propel.service")
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 3
@@ -40,6 +41,7 @@ class RunOptions:
     until_cycle: int | None = None  # or run until the stored cycle counter reaches this
     max_consecutive_failures: int = 10
     work_nice: int = 0  # added to the niceness of the thread running phases (``api.work_nice`` with the API on)
+    gate: WorkGate = field(default_factory=NoGate)  # held at phase start while the API is busy (``api.yield_to_api``)
     on_report: Callable[[CycleReport], None] = lambda r: None
 
 
@@ -55,10 +57,13 @@ class _Loop:
     priority: WorkPriority = field(default_factory=lambda: WorkPriority(0))
 
     def job(self) -> None:
-        """One scheduler tick: one phase (skipped when stopping), at the work priority."""
+        """One scheduler tick: one phase (skipped when stopping), at the work priority, after the API's load."""
         if self.stop.is_set():
             return
         self.priority.apply()
+        self.options.gate.wait()
+        if self.stop.is_set():
+            return
         with self.busy:
             try:
                 report = self.driver.tick()
@@ -144,6 +149,7 @@ def run_loop(driver: Driver, cfg: PropelConfig, options: RunOptions, stop: threa
     try:
         stop.wait()
     finally:
+        options.gate.close()  # a held phase goes on at once: shutdown is not delayed by the API's load
         scheduler.shutdown(wait=False)
         if not loop.busy.acquire(timeout=cfg.daemon.shutdown_deadline_s):  # let the running phase finish
             log.error("the running phase did not finish within %.0f s", cfg.daemon.shutdown_deadline_s)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig, mask_url
+from daemon.http.pressure import ApiPressure
 from daemon.loop import health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
@@ -27,6 +28,7 @@ from daemon.service.settings import (
     sampling,
     worker_settings,
 )
+from daemon.service.yielding import NoGate, WorkGate, YieldGate, gate_models
 
 if TYPE_CHECKING:
     from daemon.service.engine import PropelEngine
@@ -113,8 +115,12 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
                  + (" [yellow](synthetic benchmark solver)[/yellow]" if cfg.solver.backend.startswith("synthetic")
                     else ""))
 
+    pressure = ApiPressure()
+    gate = build_gate(cfg, pressure, metrics) if serve_api else NoGate()
+
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
+        gate_models(gate, engine.trainer.model, engine.reference.model)
         return assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
 
     start_api: Callable[[], Callable[[], None]] | None = None
@@ -123,17 +129,26 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
             from daemon.http.server import start_api_thread
             from daemon.service.api_app import build_api_app
 
-            stop = start_api_thread(cfg, build_api_app(cfg, store, metrics))
+            stop = start_api_thread(cfg, build_api_app(cfg, store, metrics, pressure=pressure))
             progress.say(f"API on http://{cfg.api.host}:{cfg.api.port}  (docs: /docs, dashboard: /dashboard)")
             return stop
 
     options = RunOptions(cycles=cycles, until_cycle=until_cycle, on_report=progress,
-                         work_nice=cfg.api.work_nice if serve_api else 0)
+                         work_nice=cfg.api.work_nice if serve_api else 0, gate=gate)
     try:
         return serve(cfg, store, run_id, build_driver, options, progress.say, start_api)
     finally:
         hooks.close()
         store.dispose()
+
+
+def build_gate(cfg: PropelConfig, pressure: ApiPressure, metrics: PropelMetrics) -> WorkGate:
+    """``api.yield_to_api``: the gate the training work calls at its checkpoints (a no-op when off)."""
+    api = cfg.api
+    if not api.yield_to_api:
+        return NoGate()
+    return YieldGate(pressure, api.yield_idle_ms / 1000, api.yield_max_s, api.yield_floor,
+                     on_held=metrics.work_yielded.inc)
 
 
 class ServiceHooks(DriverHooks):

@@ -56,7 +56,8 @@ VALUES: dict[str, Any] = {
     "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
     "alerts.rules": [{"name": "v", "metric": "validity", "comparator": "<", "threshold": 0.2}],
     "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
-    "api.work_nice": 5,
+    "api.work_nice": 5, "api.yield_to_api": False, "api.yield_idle_ms": 250, "api.yield_max_s": 3.0,
+    "api.yield_floor": 0.4,
     "daemon.sample_size": 48, "daemon.tick_interval_s": 0.2, "daemon.retrain_min_false_positives": 3,
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
     "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
@@ -78,7 +79,8 @@ READ_IN_SERVICE = {
     "probes.corpus_labelling", "probes.active_pool_factor", "probes.active_seed_share", "probes.active_rounds",
     "probes.active_members", "probes.validation", "probes.balance",
     "broker.worker_concurrency", "alerts.webhook_url", "alerts.rules", "api.host",
-    "api.port", "api.work_nice", "daemon.tick_interval_s",
+    "api.port", "api.work_nice", "api.yield_to_api", "api.yield_idle_ms", "api.yield_max_s", "api.yield_floor",
+    "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
     "store.url",
 }
@@ -408,15 +410,21 @@ def test_service_fields_are_read_by_the_daemon() -> None:
     assert reads >= READ_IN_SERVICE, f"never read: {sorted(READ_IN_SERVICE - reads)}"
 
 
-def test_work_nice_reaches_the_run_loop_only_with_the_api(monkeypatch: pytest.MonkeyPatch, cfg: PropelConfig) -> None:
-    """``api.work_nice`` becomes the run loop's work niceness when ``propel run`` serves the API, 0 without it."""
+@pytest.mark.parametrize("yield_to_api", [True, False])
+def test_work_nice_and_yielding_reach_the_run_loop_only_with_the_api(
+        monkeypatch: pytest.MonkeyPatch, cfg: PropelConfig, yield_to_api: bool) -> None:
+    """``api.work_nice`` becomes the run loop's work niceness and ``api.yield_to_api`` its gate when
+    ``propel run`` serves the API; without the API: nice 0 and no gate."""
     from daemon.loop.progress import Progress
     from daemon.service import runtime
+    from daemon.service.yielding import NoGate, YieldGate
 
-    seen: list[int] = []
+    seen: list[tuple[int, type]] = []
+    cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"yield_to_api": yield_to_api})})
 
     def serve(*args: Any) -> int:
-        seen.append(args[4].work_nice)  # serve(cfg, store, run_id, build_driver, options, say, start_api)
+        options = args[4]  # serve(cfg, store, run_id, build_driver, options, say, start_api)
+        seen.append((options.work_nice, type(options.gate)))
         return 0
 
     monkeypatch.setattr(runtime, "open_run", lambda c: (_FakeStore(), 1))
@@ -426,7 +434,37 @@ def test_work_nice_reaches_the_run_loop_only_with_the_api(monkeypatch: pytest.Mo
     monkeypatch.setattr(runtime, "serve", serve)
     for serve_api in (True, False):
         runtime.run(cfg, cycles=1, until_cycle=None, serve_api=serve_api, progress=Progress(json_mode=True))
-    assert seen == [VALUES["api.work_nice"], 0]
+    assert seen == [(VALUES["api.work_nice"], YieldGate if yield_to_api else NoGate), (0, NoGate)]
+
+
+def test_yield_settings_reach_the_gate(cfg: PropelConfig) -> None:
+    from daemon.http.pressure import ApiPressure
+    from daemon.ops.metrics import build_metrics
+    from daemon.service.runtime import build_gate
+    from daemon.service.yielding import NoGate, YieldGate
+
+    metrics = build_metrics()
+    assert isinstance(build_gate(cfg, ApiPressure(), metrics), NoGate)  # VALUES turn it off
+    on = cfg.model_copy(update={"api": cfg.api.model_copy(update={"yield_to_api": True})})
+    gate = build_gate(on, ApiPressure(), metrics)
+    assert isinstance(gate, YieldGate)
+    assert (gate.idle_s, gate.max_hold_s) == (VALUES["api.yield_idle_ms"] / 1000, VALUES["api.yield_max_s"])
+    assert gate.run_s == pytest.approx(VALUES["api.yield_max_s"] * 0.4 / 0.6)
+    gate.on_held(1.5)
+    assert metrics.registry.get_sample_value("propel_work_yielded_seconds_total") == 1.5
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("yield_idle_ms", 0, "0 is outside 1..60000: set api.yield_idle_ms to e.g. 100"),
+    ("yield_max_s", 0.0, "0.0 is outside (0, 3600]: set api.yield_max_s to e.g. 2.0 seconds"),
+    ("yield_floor", 1.0, "1.0 is outside (0, 1): set api.yield_floor to e.g. 0.2"),
+    ("yield_floor", 0.0, "0.0 is outside (0, 1): set api.yield_floor to e.g. 0.2"),
+])
+def test_yield_settings_out_of_range_name_the_fix(key: str, value: float, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"api": {key: value}}, env={})
+    [(field, problem)] = err.value.problems
+    assert field == f"api.{key}" and problem.startswith(message)
 
 
 class _FakeStore:
