@@ -211,10 +211,11 @@ def median_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def run_rounds(url: str, arms: list[str], args: argparse.Namespace, apis: dict[str, str],
                samples: dict[str, list[dict[str, Any]]], offset: int,
                freeze: dict[str, subprocess.Popen[bytes]] | None = None) -> int:
-    """``args.rounds`` interleaved rounds of ``arms``; returns the next free seed offset.
+    """``args.rounds`` interleaved rounds of ``arms``, each arm leading one round in turn (the seeding vacuums
+    the queue table before every arm); returns the next free seed offset.
     ``freeze``: per arm, a process stopped while that arm drains."""
     for rnd in range(args.rounds):
-        for arm in arms:
+        for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:  # each arm leads a round in turn
             if arm in apis:
                 r = http_round(url, apis[arm], arm, args.tasks, args.consumers, args.batch, offset,
                                (freeze or {}).get(arm))

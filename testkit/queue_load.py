@@ -53,7 +53,10 @@ def seed(url: str, n: int, run_id: int, offset: int) -> list[int]:
             "'probe_ensemble_id', 'ens-1', 'reference_model', 'bootstrap:arith', 'reference_fingerprint', "
             "'sha256:' || md5(t.text), 'run', 'bench'), 'created_at', now()), t.topic, t.domain, "
             "(t.id % 100) / 100.0, 'synthetic:bench', 0, now() FROM tasks t WHERE t.id = ANY(:ids)"), {"ids": ids})
-        conn.execute(text("ANALYZE queue"))
+    # every arm drains from the same table state: earlier arms' acks leave dead rows and index entries that
+    # would slow whichever arm comes later in a round (VACUUM cannot run inside a transaction)
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) queue"))
     store.dispose()
     return [int(i) for i in ids]
 
