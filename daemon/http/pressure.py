@@ -2,7 +2,9 @@
 
 :class:`ApiPressure` remembers when the last queue request that did work was answered;
 :class:`MarkPressure`, a plain ASGI middleware, marks it at the end of every request under
-``/v1/tasks`` (lease, ack, nack, renew, export) except a lease that found nothing: a trainer polling
+``/v1/tasks`` (lease, ack, nack, renew, export) answered with success, except a lease that found
+nothing (refused requests — no token, bad input — never mark: whoever may not use the queue cannot hold
+the training by hammering it); a trainer polling
 an empty queue waits for tasks the training makes, so its polls must not hold the training (the
 lease route says so through the request's state, :data:`NOTHING_LEASED`). Status, health, metrics
 and dashboard requests are not marked: a dashboard polling every few seconds should not hold the
@@ -17,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 QUEUE_PREFIX = "/v1/tasks"
 #: Set to True in a request's state (``request.state``) by a lease that leased nothing.
@@ -47,7 +49,9 @@ class ApiPressure:
 
 
 class MarkPressure:
-    """ASGI middleware: every answered queue request marks ``pressure`` (unless it leased nothing)."""
+    """ASGI middleware: every queue request answered with success marks ``pressure`` (unless it leased
+    nothing). Refused requests (401 without the token, 422, 404, 429, ...) do not: a client that may not
+    use the queue cannot hold the training by hammering it."""
 
     def __init__(self, app: ASGIApp, pressure: ApiPressure) -> None:
         self.app, self.pressure = app, pressure
@@ -56,8 +60,16 @@ class MarkPressure:
         if scope["type"] != "http" or not scope["path"].startswith(QUEUE_PREFIX):
             await self.app(scope, receive, send)
             return
+        status = 0
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_status)
         finally:
-            if not scope.get("state", {}).get(NOTHING_LEASED):
+            if 200 <= status < 400 and not scope.get("state", {}).get(NOTHING_LEASED):
                 self.pressure.mark()

@@ -43,3 +43,24 @@ def test_queue_requests_mark_pressure_and_the_gate_holds(store: Store) -> None:
     assert held >= cfg.api.yield_max_s and gate.holds == 1  # held until released by yield_max_s
     assert metrics.registry.get_sample_value("propel_work_yielded_seconds_total") == pytest.approx(held)
     assert task.id == task_id
+
+
+def test_refused_queue_requests_do_not_hold_the_training(store: Store) -> None:
+    # with a token set, a client without it (401), a malformed lease (422) and an ack of an unknown task
+    # (404) are all refused: none of them may throttle the training, whoever sends them
+    cfg = PropelConfig.model_validate({"run_name": "api", "api": {"token": "s3cret", "yield_idle_ms": 60_000,
+                                                                  "yield_max_s": 0.2}})
+    pressure, metrics = ApiPressure(), build_metrics()
+    gate = build_gate(cfg, pressure, metrics)
+    seed(store, 2)
+    with serve_app(build_api_app(cfg, store, metrics, pressure=pressure)) as url:
+        auth = {"Authorization": "Bearer s3cret"}
+        refused = [httpx.post(f"{url}/v1/tasks/lease", json={"n": 1, "consumer": "x"}),
+                   httpx.post(f"{url}/v1/tasks/lease", json={"n": "many"}, headers=auth),
+                   httpx.post(f"{url}/v1/tasks/999999/ack", headers=auth,
+                              json={"solved": 1, "n": 8, "solver": "s", "lease_token": "t" * 32})]
+        assert [r.status_code for r in refused] == [401, 422, 404]
+        assert pressure.requests == 0 and gate.wait() == 0.0  # the training was not held
+        with PropelClient(url, token="s3cret") as client:  # the same queue, used as allowed, does count
+            assert len(client.lease(n=1, lease_s=60, consumer="trainer")) == 1
+    assert pressure.requests == 1 and gate.wait() > 0
