@@ -64,6 +64,7 @@ def serve_command(ctx: click.Context) -> None:
     from daemon.http.store_metrics import StoreMetrics
     from daemon.ops.metrics import build_metrics
     from daemon.service.api_app import build_api_app
+    from daemon.service.heap import freeze_startup_heap
     from daemon.service.settings import build_store
 
     cfg = _cfg(ctx)
@@ -72,6 +73,7 @@ def serve_command(ctx: click.Context) -> None:
         s.execute(text("SELECT 1"))
     metrics = build_metrics()
     app = build_api_app(cfg, store, metrics, refresh_metrics=StoreMetrics(store, cfg.run_name, metrics).refresh)
+    freeze_startup_heap("propel serve")
     click.echo(f"API on http://{cfg.api.host}:{cfg.api.port} (store {mask_url(cfg.database_url)})")
     try:
         uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level="warning", access_log=False)

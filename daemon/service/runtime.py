@@ -19,6 +19,7 @@ from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
+from daemon.service.heap import freeze_startup_heap
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import (
     build_configured_solver,
@@ -121,7 +122,9 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
         gate_models(gate, engine.trainer.model, engine.reference.model)
-        return assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
+        driver = assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
+        freeze_startup_heap("propel run")  # the API starts after this; the models are start-up objects too
+        return driver
 
     start_api: Callable[[], Callable[[], None]] | None = None
     if serve_api:

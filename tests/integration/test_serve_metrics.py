@@ -113,3 +113,6 @@ def test_the_serve_command_exports_them(sqlite_store: Store, tmp_path: Path) -> 
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    assert proc.stdout is not None
+    # its start-up heap was frozen out of the GC's scans (full collections stalled leases ~200 ms)
+    assert "propel serve: " in (out := proc.stdout.read().decode()) and "(gc.freeze)" in out, out[-2000:]
