@@ -64,7 +64,7 @@ class ApiContext:
     refresh_metrics: Callable[[], None] | None = None  # called before each /metrics scrape
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
-    pressure: ApiPressure | None = None  # marked by every queue request (``propel run`` yielding to its API)
+    pressure: ApiPressure | None = None  # marked by queue requests answered with work (``propel run`` yields to them)
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
