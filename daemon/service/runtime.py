@@ -19,7 +19,7 @@ from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
-from daemon.service.heap import freeze_startup_heap
+from daemon.service.heap import HeapFreezer
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import (
     build_configured_solver,
@@ -118,12 +118,13 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     pressure = ApiPressure()
     gate = build_gate(cfg, pressure, metrics) if serve_api else NoGate()
+    heap = HeapFreezer("propel run")
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)
         gate_models(gate, engine.trainer.model, engine.reference.model)
         driver = assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
-        freeze_startup_heap("propel run")  # the API starts after this; the models are start-up objects too
+        heap.freeze()  # the API starts after this; the models are start-up objects too
         return driver
 
     start_api: Callable[[], Callable[[], None]] | None = None
@@ -137,7 +138,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
             return stop
 
     options = RunOptions(cycles=cycles, until_cycle=until_cycle, on_report=progress,
-                         work_nice=cfg.api.work_nice if serve_api else 0, gate=gate)
+                         work_nice=cfg.api.work_nice if serve_api else 0, gate=gate, after_phase=heap.after_phase)
     try:
         return serve(cfg, store, run_id, build_driver, options, progress.say, start_api)
     finally:

@@ -57,6 +57,8 @@ def test_training_yields_to_the_queue_api_of_its_run(tmp_path: Path, tiny_genera
             assert len(tasks) == 1
             assert client.ack(tasks[0], solved=1, n=8, solver="pol@1") == "acked"
         wait_until(lambda: _yielded(url) > 0, 600, f"{METRIC} > 0", proc, log)
+        # the modules its phases imported lazily were frozen out of the collector's scans, as the start-up heap
+        assert "(a phase imported" in (text := log.read_text()) and "(gc.freeze)" in text, text[-3000:]
     finally:
         kill(proc, signal.SIGTERM)
         store.dispose()

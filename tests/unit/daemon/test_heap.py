@@ -1,0 +1,56 @@
+"""The heap freezer: the start-up heap, and again after phases that imported modules (issue #19)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from daemon.service.heap import HeapFreezer
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # hand the test process's heap back to the collector
+
+
+def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
+    modules = [100]
+    heap = HeapFreezer("test", modules=lambda: modules[0])
+    assert heap.freeze() == gc.get_freeze_count() > 0
+    assert not heap.after_phase()  # nothing imported: the collector keeps its young generations
+    modules[0] += 3
+    kept = {id(x): x for x in ([i] for i in range(10))}  # made after the first freeze, alive at the phase's end
+    assert sum(id(o) in kept for o in gc.get_objects()) == 10  # scanned by full collections
+    before = gc.get_freeze_count()
+    assert heap.after_phase() and gc.get_freeze_count() > before and heap.freezes == 2
+    assert sum(id(o) in kept for o in gc.get_objects()) == 0  # now out of every collection's scan
+    assert not heap.after_phase()  # the same imports do not freeze twice
+
+
+def test_run_loop_calls_after_phase_after_each_phase_that_ended_well() -> None:
+    from daemon.config import PropelConfig
+    from daemon.loop.driver import CycleReport
+    from daemon.service.lifecycle import RunOptions, run_loop
+
+    calls: list[int] = []
+
+    class Driver:
+        cycle = 0
+
+        def state(self) -> tuple[str, int, None]:
+            return "rl", self.cycle, None
+
+        def tick(self) -> CycleReport:
+            self.cycle += 1
+            if self.cycle == 2:
+                raise RuntimeError("a failed phase is not followed by a freeze")
+            return CycleReport("rl", self.cycle - 1, 0.0, {})
+
+    cfg = PropelConfig.model_validate({"daemon": {"tick_interval_s": 0.05}})
+    options = RunOptions(cycles=3, after_phase=lambda: calls.append(Driver.cycle), max_consecutive_failures=3)
+    assert run_loop(Driver(), cfg, options, threading.Event()) == 0  # type: ignore[arg-type]
+    assert len(calls) == 2  # phases 1 and 3 ended well, phase 2 failed
