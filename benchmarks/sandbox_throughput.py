@@ -35,6 +35,7 @@ from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_p
 from curriculum.sandbox.base import ExecutionResult, Sandbox
 from curriculum.sandbox.cgroup import RunCgroup, host_support
 from curriculum.sandbox.harness import run_program
+from testkit.azr_programs import task_source
 
 #: The one-interpreter harness of before issue 18: the same evaluation code, all programs in one process.
 ONE_INTERPRETER_SOURCE = Path(__file__).resolve().parents[1].joinpath("curriculum/sandbox/harness.py").read_text() + \
@@ -47,15 +48,6 @@ for _prog in _payload["programs"]:
     run_program(_prog, float(_payload["call_timeout_s"]), int(_payload["max_output_chars"]),
                 lambda r: os.write(_out, (json.dumps(r) + "\\n").encode()), bool(_payload["stop_on_failure"]))
 """
-BODIES = (
-    "def f(nums, k):\n    return sorted(nums)[-k:]",
-    "def f(nums, k):\n    return [x * k for x in nums if x % 2 == 0]",
-    "def f(nums, k):\n    s = 0\n    for i, x in enumerate(nums):\n        s += (x ^ i) * k\n    return s",
-    "def f(nums, k):\n    return {str(x): x % (k + 1) for x in nums}",
-    "def f(nums, k):\n    out = ''\n    for x in nums:\n        out += chr(97 + (x + k) % 26)\n    return out",
-)
-
-
 #: The fork server before the speed work of issue 18 item 2 (cgroups already in).
 BEFORE_COMMIT = "f81c0fe"
 
@@ -93,12 +85,6 @@ class OneInterpreterSandbox:
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
                    site_packages: bool = False) -> ExecutionResult:
         return self.inner.run_python(self.source, stdin, limits, site_packages)
-
-
-def task_source(t: int) -> tuple[str, list[str]]:
-    """Task ``t``'s code (one of :data:`BODIES`, varied) and its 10 inputs."""
-    code = BODIES[t % len(BODIES)].replace("):\n", f"):\n    k = k + {t % 3}\n", 1)
-    return code, [f"[{t + i}, {i * 3 + 1}, {2 * i + t % 7}, {i * i}], {1 + (i + t) % 4}" for i in range(10)]
 
 
 def make_completions(n: int) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 import pytest
 
-from benchmarks.cost_curves import ACTIVE_ARM, ARMS, parse_arms, summarise
+from testkit.cost_summary import ACTIVE_ARM, ARMS, parse_arms, summarise
 
 
 def _curve(trials: list[float], utility: list[float]) -> list[dict[str, float]]:

@@ -1,12 +1,13 @@
-"""The fault micro-benchmark (``benchmarks/sandbox_faults.py``) measures the product's fork server as
-it runs: the same source the sandbox runs, with a few reporting lines in place of its main call."""
+"""The fault micro-benchmark (``benchmarks/sandbox_faults.py``, through :mod:`testkit.fork_faults`) measures
+the product's fork server as it runs: the same source the sandbox runs, with a few reporting lines in place
+of its main call."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.sandbox_faults import instrumented, per_program
 from curriculum.sandbox.batch import HARNESS_SOURCE
+from testkit.fork_faults import instrumented, per_program
 
 
 def test_faults_and_cpu_are_counted_per_program_for_server_and_children() -> None:

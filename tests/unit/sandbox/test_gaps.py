@@ -128,10 +128,10 @@ FILE_READER = ("def f(x):\n    seen = []\n    for path in ('note', '/tmp/propel-
                "'/dev/shm/note'):\n        try:\n            seen.append(open(path).read())\n"
                "        except OSError:\n            pass\n    return seen\n")
 
-#: ... and then sets the times of every directory it owns back by a day, so that a directory looks
+#: ... and then sets the times of every directory it owns back to 1970, so that a directory looks
 #: unchanged by its mtime (the fork server lists only directories changed during the candidate).
-FILE_HIDER = FILE_WRITER.replace("    return x\n", "    import os, time\n    for d in ('.', '/tmp', '/var/tmp', "
-                                 "'/dev/shm'):\n        try:\n            os.utime(d, (time.time() - 86400,) * 2)\n"
+FILE_HIDER = FILE_WRITER.replace("    return x\n", "    import os\n    for d in ('.', '/tmp', '/var/tmp', "
+                                 "'/dev/shm'):\n        try:\n            os.utime(d, (86400, 86400))\n"
                                  "        except OSError:\n            pass\n    return x\n")
 
 
