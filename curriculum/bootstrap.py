@@ -260,8 +260,8 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
 
 def load_bootstrapped(path: Path) -> tuple[Any, Any]:
     """Load a bootstrapped model and its tokenizer from ``path``."""
-    from transformers import AutoTokenizer
+    from probes.reference import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(str(path))
     return model, tokenizer

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from curriculum.domains.base import Domain, Validity
+from curriculum.domains.base import Domain, Validity, generation_text
 from curriculum.novelty import DiversityTerm
 from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.spotcheck import compute_label, grade_outcome
@@ -111,8 +111,13 @@ class _LoggedReward:
         self.group_size = group_size
         self.logs: list[RewardCallLog] = []
 
-    def _validate(self, completions: Sequence[Any]) -> list[Validity]:
-        return self.domain.validate_batch([completion_text(c) for c in completions])
+    def _validate(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[Validity]:
+        """Validity of each generation (its prompt joined in where the domain's prompt carries part of
+        the task: :func:`~curriculum.domains.base.generation_text`)."""
+        if len(prompts) != len(completions):
+            raise RewardError(f"{len(prompts)} prompts for {len(completions)} completions")
+        return self.domain.validate_batch([generation_text(self.domain, completion_text(p), completion_text(c))
+                                           for p, c in zip(prompts, completions, strict=True)])
 
     def _record(self, rewards: list[float], valid: Sequence[bool], kwargs: dict[str, Any],
                 clipped: int = 0, trials: int = 0, diversity_penalty: float | None = None) -> list[float]:
@@ -199,7 +204,7 @@ class ProbeReward(_LoggedReward, ABC):
         return self.from_scores(checks, [have[i][0] for i in need], [have[i][1] for i in need], **kwargs)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        checks = self._validate(completions)
+        checks = self._validate(prompts, completions)
         idx = self.scored_indices(checks)
         logits, probs = _probe_outputs(self.scorer, [self.domain.reference_text(checks[i].task) for i in idx],
                                        self.__name__)
@@ -343,7 +348,7 @@ class SolverInTheLoopReward(_LoggedReward):
         self.solver_trials = 0
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        checks = self._validate(completions)
+        checks = self._validate(prompts, completions)
         valid_idx = [i for i, v in enumerate(checks) if v.valid]
         rewards = [self.invalid_reward] * len(checks)
         answers = self.solver.generate([self.domain.solver_prompt(checks[i].task) for i in valid_idx],

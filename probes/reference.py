@@ -18,6 +18,27 @@ from torch import nn
 
 from probes.fingerprint import model_fingerprint
 
+#: ``tokenizer_class`` of a tokenizer saved from a plain ``tokenizers`` pipeline (the project's char-level
+#: tiny models): such a tokenizer is loaded as saved, not re-derived from the model type.
+_PLAIN_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(path_or_id: str, **kwargs: Any) -> Any:
+    """``AutoTokenizer.from_pretrained``, except for a local directory whose tokenizer was saved from a plain
+    ``tokenizers`` pipeline: that one is loaded with ``PreTrainedTokenizerFast``. (transformers 5 builds the
+    model type's own tokenizer class for ``AutoTokenizer``: for a ``qwen2`` config the byte-level Qwen2
+    pre-tokenizer, which silently drops every space the char-level vocabulary cannot map — ``"BUG: six "``
+    was encoded as ``"BUG:six"``, unlike the pretraining sequences.)"""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(path_or_id) / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in _PLAIN_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(path_or_id, **kwargs)
+    return AutoTokenizer.from_pretrained(path_or_id, **kwargs)
+
 
 class ReferenceChangedError(RuntimeError):
     """The reference weights differ from the ones fingerprinted at load."""
@@ -40,10 +61,10 @@ class FrozenReference:
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype | None = None) -> FrozenReference:
-        """Load with ``AutoModelForCausalLM``/``AutoTokenizer`` (a local directory works offline)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load with ``AutoModelForCausalLM``/:func:`load_tokenizer` (a local directory works offline)."""
+        from transformers import AutoModelForCausalLM
 
-        tokenizer = AutoTokenizer.from_pretrained(path_or_id)
+        tokenizer = load_tokenizer(path_or_id)
         kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
         model = AutoModelForCausalLM.from_pretrained(path_or_id, **kwargs)
         model = model.to(device)  # type: ignore[arg-type]

@@ -107,6 +107,14 @@ class Domain(Protocol):
         ...
 
 
+def generation_text(domain: Domain, prompt: str, completion: str) -> str:
+    """What ``domain.parse`` reads of one generation. A domain whose prompt carries part of the task
+    (SWE's ``tiny-repo`` style names the repository in the prompt) defines
+    ``generation_text(prompt, completion)``; for every other domain it is the completion."""
+    join = getattr(domain, "generation_text", None)
+    return completion if join is None else str(join(prompt, completion))
+
+
 def unparsed_task(domain: str, completion: str) -> Task:
     """The placeholder task attached to a Validity when the completion did not parse."""
     return Task(domain=domain, text=completion, payload={})

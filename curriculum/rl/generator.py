@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from curriculum.domains.base import Domain, get_domain
+from curriculum.domains.base import Domain, generation_text, get_domain
 from curriculum.rl.checkpoints import CheckpointStore
 from curriculum.rl.chunk import ChunkStats, RewardFn, run_chunk
 from curriculum.rl.config import GeneratorRLConfig
@@ -58,10 +58,13 @@ class GeneratorTrainer:
         return run_chunk(self.model, self.tokenizer, reward, self.config, self.store, n, self.prompts(), meta)
 
     def sample(self, n: int, seed: int) -> list[str]:
-        """``n`` completions of the current policy (same sampling settings as RL), deterministic in ``seed``."""
+        """``n`` generations of the current policy (same sampling settings as RL), deterministic in ``seed``:
+        what the domain parses (the completion, with its prompt joined in where the domain's prompt
+        carries part of the task: :func:`~curriculum.domains.base.generation_text`)."""
         prompts = self.domain.generator_prompts(n, seed)
-        return sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
-                                  self.config.top_p, self.config.max_completion_length)
+        completions = sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
+                                         self.config.top_p, self.config.max_completion_length)
+        return [generation_text(self.domain, p, c) for p, c in zip(prompts, completions, strict=True)]
 
     def adapter_hash(self) -> str:
         return adapter_hash(self.model)

@@ -19,9 +19,11 @@ from curriculum.rl.config import LoraSettings
 
 def load_base(path_or_id: str, dtype: torch.dtype | None = None, device: str = "cpu") -> tuple[Any, Any]:
     """``(model, tokenizer)`` for the generator; the tokenizer gets a pad token if it lacks one."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(path_or_id)
+    from probes.reference import load_tokenizer
+
+    tokenizer = load_tokenizer(path_or_id)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}

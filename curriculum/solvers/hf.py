@@ -36,9 +36,11 @@ class HFSolver:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, revision: str | None = None, **kw: Any) -> HFSolver:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
-        tok = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+        from probes.reference import load_tokenizer
+
+        tok = load_tokenizer(name_or_path, revision=revision)
         model = AutoModelForCausalLM.from_pretrained(name_or_path, revision=revision)
         return cls(model, tok, name=name_or_path, **kw)
 

@@ -82,7 +82,7 @@ def test_propel_run_with_agent_solver_and_generator(tmp_path: Path) -> None:
             "solver": {"backend": "swe-agent", "base_url": url, "model": "s", "max_concurrency": 2,
                        "agent": {"max_steps": 4, "wall_s": 120.0}},
             "daemon": {"sample_size": 8, "tick_interval_s": 0.05, "heartbeat_s": 1.0, "lease_ttl_s": 4.0},
-            "alerts": {"sample_size": 8}, "probes": {"train_samples": 16},
+            "alerts": {"sample_size": 8}, "probes": {"train_samples": 48},
             "rl": {"steps_per_chunk": 1, "batch_size": 4, "num_generations": 2},
             "spotcheck": {"budget_per_cycle": 3}, "emission": {"min_probability": 0.0, "max_topic_share": 1.0}}))
         proc = start_daemon(config, log, "--cycles", "2", "--no-api")

@@ -50,7 +50,7 @@ bundled_registry = false
 model = "{generator}"
 max_new_tokens = 64
 [daemon]
-sample_size = 16
+sample_size = 32
 tick_interval_s = 0.05
 heartbeat_s = 1.0
 lease_ttl_s = 4.0

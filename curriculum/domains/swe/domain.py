@@ -42,7 +42,10 @@ NAME = "swe"
 SWE_BAND: dict[str, int] = {"k": 3, "lo": 1, "hi": 2, "min_valid_trials": 2}
 #: The fixed prompt of the tiny CPU generator (it writes one spec line, then EOS).
 TINY_PROMPT = "BUG: "
-PROMPT_STYLES = ("instruct", "tiny")
+#: ``instruct``: a chat model's instructions; ``tiny``: :data:`TINY_PROMPT`, the generator writes the whole
+#: spec line (it picks the repository); ``tiny-repo``: :data:`TINY_PROMPT` + a repository name of the
+#: domain's split + a space, the generator writes ``FILE::FUNCTION OPERATOR SITE`` for that repository.
+PROMPT_STYLES = ("instruct", "tiny", "tiny-repo")
 #: How a trainer grades a candidate fix for an emitted task: the message (or its ``grading`` object)
 #: saved as task.json, the candidate diff as fix.diff; the repository must be in the local cache.
 GRADING_COMMAND = "propel swe grade --message task.json --fix fix.diff"
@@ -152,7 +155,11 @@ class SweDomain:
 
     def generator_prompts(self, n: int, seed: int) -> list[str]:
         """Spec-writing prompts: ``instruct`` names a repository, a few of its functions and the
-        operators; ``tiny`` is the fixed :data:`TINY_PROMPT` (the tiny generator writes the repo too)."""
+        operators; ``tiny`` is the fixed :data:`TINY_PROMPT` (the tiny generator writes the repo too);
+        ``tiny-repo`` is :data:`TINY_PROMPT` + ``"REPO "``, a usable repository of this domain's split
+        drawn uniformly (seeded) per prompt (:meth:`generation_text` puts it back in front of the
+        completion). The tiny generator's pretraining lines (``TINY_PROMPT`` + a whole spec line) fit
+        both tiny styles: ``tiny-repo`` only moves the end of the prompt past the repository name."""
         usable = self.usable_repos()
         if not usable:
             raise ValueError(f"no fetched, preflighted SWE repository in split {self.split!r}; run "
@@ -160,6 +167,8 @@ class SweDomain:
         if self.prompt_style == "tiny":
             return [TINY_PROMPT] * n
         rng = random.Random(seed)
+        if self.prompt_style == "tiny-repo":
+            return [f"{TINY_PROMPT}{rng.choice(usable)} " for _ in range(n)]
         prompts = []
         for _ in range(n):
             name = rng.choice(usable)
@@ -171,6 +180,14 @@ class SweDomain:
                            f"Operators: {' '.join(sorted(OPERATORS))}\n"
                            "Write one bug spec line: REPO FILE::FUNCTION OPERATOR SITE\n")
         return prompts
+
+    def generation_text(self, prompt: str, completion: str) -> str:
+        """What :meth:`parse` reads of one generation: a ``tiny-repo`` prompt's repository followed by the
+        completion (``"BUG: six "`` + ``"six.py::f const_inc 0"`` → ``"six six.py::f const_inc 0"``); the
+        completion alone for the other styles (their completions name the repository themselves)."""
+        if self.prompt_style == "tiny-repo" and prompt.startswith(TINY_PROMPT):
+            return prompt[len(TINY_PROMPT):] + completion
+        return completion
 
     def spec_space(self, name: str) -> list[BugSpec]:
         """Every spec the mutator can apply in repository ``name`` (the procedural generator's space)."""

@@ -1,0 +1,41 @@
+"""``benchmarks/swe_heldout.py`` runs the product (issue #21): the daemon's engine and run store, the
+first-probe code, the solver-only evaluation and the domain's ``tiny-repo`` prompts with their
+``generation_text`` join, and re-implements none of the loop. Read as source (tests do not import
+benchmarks), like ``test_toy_propel_shares_product.py``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "swe_heldout.py"
+SHARED = {("daemon.service.engine", "build_engine"), ("daemon.service.lifecycle", "open_run"),
+          ("curriculum.first_probe", "label_corpus"), ("curriculum.first_probe", "distinct_valid_tasks"),
+          ("curriculum.first_probe", "register_primaries"), ("curriculum.first_probe", "task_groups"),
+          ("probes.fit", "fit_probe"), ("curriculum.evaluation", "evaluate_texts"),
+          ("curriculum.domains.base", "generation_text"), ("curriculum.bootstrap", "bootstrap"),
+          ("curriculum.domains.swe.synthetic", "SyntheticSweSolver")}
+LOOP_INTERNALS = ("GeneratorTrainer", "HardGateReward", "SoftGateReward", "ProbeScorer", "run_chunk", "label_tasks",
+                  "cpu_profile", "Verifier", "parse_spec", "mutation_patch")
+
+
+def test_benchmark_imports_the_products_functions_and_copies_none() -> None:
+    source = BENCHMARK.read_text()
+    tree = ast.parse(source)
+    imported = {(n.module or "", a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert imported >= SHARED, sorted(SHARED - imported)
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    assert not defined & {name for _, name in SHARED}, "the benchmark redefines a shared function"
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not names & set(LOOP_INTERNALS), sorted(names & set(LOOP_INTERNALS))
+
+
+def test_each_stage_prompts_its_own_split() -> None:
+    """Probe corpus on probe-train, RL (the engine's config) on rl-train, evaluation on held-out; the
+    generator's pretraining corpus on every repository; prompts are the repository-conditioned style."""
+    source = BENCHMARK.read_text()
+    for needle in ('split_domain(cache, "probe-train")', '"split": "rl-train"', '"held-out": split_domain(cache, '
+                   '"held-out")', 'domain_options={"cache_dir": str(cache), "split": None}',
+                   'prompt_style="tiny-repo"', '"prompt_style": "tiny-repo"'):
+        assert needle in source, needle
