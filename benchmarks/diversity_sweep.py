@@ -124,14 +124,16 @@ def plot(table: dict[str, dict[str, Any]], configs: list[tuple[str, float]], pat
 @click.option("--steps", type=int, default=None, help="GRPO steps per RL run (toy default 60)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="toy_propel_diversity_sweep", show_default=True)
+@click.option("--quick", is_flag=True, help="the toy table's tiny settings: checks the pipeline, not the goal")
 def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, steps: int | None, data_dir: Path,
-         name: str) -> None:
+         name: str, quick: bool) -> None:
     """Sweep the diversity term on the toy table's rows; JSON + PNG under benchmarks/results."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     chosen = parse_configs(configs)
-    settings = replace(Settings(), seeds=seeds, bootstraps=bootstraps, **({"steps": steps} if steps else {}))
+    settings = replace(Settings.quick() if quick else Settings(), seeds=seeds, bootstraps=bootstraps,
+                       **({"steps": steps} if steps else {}))
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="diversity_sweep_") as tmp:
