@@ -115,6 +115,20 @@ def plot(table: dict[str, dict[str, Any]], configs: list[tuple[str, float]], pat
     plt.close(fig)
 
 
+def write(name: str, settings: Settings, chosen: list[tuple[str, float]], first_bootstrap: int,
+          per_seed: dict[str, list[dict[str, Any]]], started: float) -> dict[str, Any]:
+    """JSON + PNG of the runs so far (a long sweep keeps what it measured if it is stopped); the verdicts."""
+    table = aggregate(per_seed)
+    verdicts = {f"{m}:{w:g}": judge(per_seed, row_names(m, w)[1]) for m, w in chosen}
+    boots = sorted({int(r["bootstrap"]) for r in per_seed["Base"]})
+    data = {"settings": {**settings.__dict__, "bootstraps": len(boots)}, "configs": [list(c) for c in chosen],
+            "bootstraps_run": boots, "first_bootstrap": first_bootstrap, "table": table, "goals": verdicts,
+            "per_seed": per_seed, "commit": COMMIT_AT_START, "total_wall_s": time.perf_counter() - started}
+    write_result(name, data)
+    plot(table, chosen, RESULTS / f"{name}.png")
+    return verdicts
+
+
 @click.command()
 @click.option("--configs", default="jaccard:1,jaccard:10,self_bleu:1,self_bleu:3,self_bleu:10", show_default=True,
               help="comma-separated MEASURE:WEIGHT (rl.diversity_measure, rl.diversity_weight)")
@@ -144,13 +158,7 @@ def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, steps:
                     per_seed.setdefault(row, []).append(value | {"bootstrap": b})
                 click.echo(f"bootstrap {b} seed {seed} done at {time.perf_counter() - started:.0f}s: " + ", ".join(
                     f"{r} u={v[-1]['utility']:.3f} sb={v[-1]['self_bleu3']:.3f}" for r, v in per_seed.items()))
-    table = aggregate(per_seed)
-    verdicts = {f"{m}:{w:g}": judge(per_seed, row_names(m, w)[1]) for m, w in chosen}
-    data = {"settings": settings.__dict__, "configs": [list(c) for c in chosen], "first_bootstrap": first_bootstrap,
-            "table": table, "goals": verdicts, "per_seed": per_seed, "commit": COMMIT_AT_START,
-            "total_wall_s": time.perf_counter() - started}
-    write_result(name, data)
-    plot(table, chosen, RESULTS / f"{name}.png")
+            verdicts = write(name, settings, chosen, first_bootstrap, per_seed, started)  # after every bootstrap
     for key, v in verdicts.items():
         click.echo(f"{key}: met on mean {v['met_on_mean']}, in every run {v['met_in_every_run']}: " + ", ".join(
             f"{k} {v[k]['mean']:+.3f} [{v[k]['min']:+.3f}, {v[k]['max']:+.3f}]"
