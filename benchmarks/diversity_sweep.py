@@ -15,6 +15,7 @@ row against Base and PROPEL of the same run, on the mean and in every (bootstrap
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
@@ -122,11 +123,36 @@ def write(name: str, settings: Settings, chosen: list[tuple[str, float]], first_
     verdicts = {f"{m}:{w:g}": judge(per_seed, row_names(m, w)[1]) for m, w in chosen}
     boots = sorted({int(r["bootstrap"]) for r in per_seed["Base"]})
     data = {"settings": {**settings.__dict__, "bootstraps": len(boots)}, "configs": [list(c) for c in chosen],
-            "bootstraps_run": boots, "first_bootstrap": first_bootstrap, "table": table, "goals": verdicts,
+            "bootstraps_run": boots, "first_bootstrap": first_bootstrap,
+            "seeds_run": sorted({int(r["seed"]) for r in per_seed["Base"]}), "table": table, "goals": verdicts,
             "per_seed": per_seed, "commit": COMMIT_AT_START, "total_wall_s": time.perf_counter() - started}
     write_result(name, data)
     plot(table, chosen, RESULTS / f"{name}.png")
     return verdicts
+
+
+def pool_runs(names: list[str], name: str) -> None:
+    """Pool the (bootstrap, seed) runs of several sweeps: every row was run in each of them for its own seeds,
+    so the pooled Base/PROPEL/co-evolution rows stay paired with the diversity rows run by run."""
+    runs = [json.loads((RESULTS / f"{n}.json").read_text()) for n in names]
+    chosen = [tuple(c) for c in runs[0]["configs"] if all(c in r["configs"] for r in runs)]
+    rows = ["Base", "PROPEL", COEVO, *[r for m, w in chosen for r in row_names(m, float(w))]]
+    per_seed = {row: [v for r in runs for v in r["per_seed"][row]] for row in rows}
+    table = aggregate(per_seed)
+    verdicts = {f"{m}:{float(w):g}": judge(per_seed, row_names(m, float(w))[1]) for m, w in chosen}
+    write_result(name, {"pooled": {n: r["commit"] for n, r in zip(names, runs, strict=True)},
+                        "settings": runs[0]["settings"], "configs": [list(c) for c in chosen], "table": table,
+                        "goals": verdicts, "per_seed": per_seed, "commit": COMMIT_AT_START})
+    plot(table, [(m, float(w)) for m, w in chosen], RESULTS / f"{name}.png")
+    show(verdicts)
+
+
+def show(verdicts: dict[str, Any]) -> None:
+    for key, v in verdicts.items():
+        click.echo(f"{key}: met on mean {v['met_on_mean']}, in every run {v['met_in_every_run']}: " + ", ".join(
+            f"{k} {v[k]['mean']:+.3f} [{v[k]['min']:+.3f}, {v[k]['max']:+.3f}]"
+            for k in ("share_of_propel_lift", "self_bleu3_minus_base", "distinct3_minus_base",
+                      "top_topic_minus_base")))
 
 
 @click.command()
@@ -135,13 +161,18 @@ def write(name: str, settings: Settings, chosen: list[tuple[str, float]], first_
 @click.option("--seeds", type=int, default=3, show_default=True)
 @click.option("--bootstraps", type=int, default=1, show_default=True, help="generator bootstraps 0..N-1")
 @click.option("--first-bootstrap", type=int, default=0, show_default=True)
+@click.option("--first-seed", type=int, default=0, show_default=True, help="seeds first-seed .. first-seed+N-1")
+@click.option("--pool", default=None, help="no run: pool the runs of these result names (comma-separated) into "
+              "--name, for the configurations they all ran")
 @click.option("--steps", type=int, default=None, help="GRPO steps per RL run (toy default 60)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--name", default="toy_propel_diversity_sweep", show_default=True)
 @click.option("--quick", is_flag=True, help="the toy table's tiny settings: checks the pipeline, not the goal")
-def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, steps: int | None, data_dir: Path,
-         name: str, quick: bool) -> None:
+def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, first_seed: int, pool: str | None,
+         steps: int | None, data_dir: Path, name: str, quick: bool) -> None:
     """Sweep the diversity term on the toy table's rows; JSON + PNG under benchmarks/results."""
+    if pool:
+        return pool_runs([p.strip() for p in pool.split(",") if p.strip()], name)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     torch.set_num_threads(1)
@@ -153,17 +184,13 @@ def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, steps:
     with tempfile.TemporaryDirectory(prefix="diversity_sweep_") as tmp:
         for b in range(first_bootstrap, first_bootstrap + bootstraps):
             shared = build_shared(settings, data_dir, bootstrap_seed=b)
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 for row, value in run_seed(shared, settings, Path(tmp) / f"b{b}", seed, chosen).items():
                     per_seed.setdefault(row, []).append(value | {"bootstrap": b})
                 click.echo(f"bootstrap {b} seed {seed} done at {time.perf_counter() - started:.0f}s: " + ", ".join(
                     f"{r} u={v[-1]['utility']:.3f} sb={v[-1]['self_bleu3']:.3f}" for r, v in per_seed.items()))
             verdicts = write(name, settings, chosen, first_bootstrap, per_seed, started)  # after every bootstrap
-    for key, v in verdicts.items():
-        click.echo(f"{key}: met on mean {v['met_on_mean']}, in every run {v['met_in_every_run']}: " + ", ".join(
-            f"{k} {v[k]['mean']:+.3f} [{v[k]['min']:+.3f}, {v[k]['max']:+.3f}]"
-            for k in ("share_of_propel_lift", "self_bleu3_minus_base", "distinct3_minus_base",
-                      "top_topic_minus_base")))
+    show(verdicts)
 
 
 if __name__ == "__main__":
