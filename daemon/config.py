@@ -305,8 +305,9 @@ class RLConfig(_Section):
     diversity_topic_quota: float = Field(default=0.25, gt=0, le=1, description="largest share of the diversity "
                                          "archive one topic may hold")
     diversity_measure: Literal["jaccard", "self_bleu"] = Field(
-        default="jaccard", description="the penalty: 'jaccard' (3-gram Jaccard within the GRPO group and to the "
-        "archive) or 'self_bleu' (per-task Self-BLEU-3 against the call, the archive and the rollout window)")
+        default="self_bleu", description="the penalty: 'self_bleu' (per-task Self-BLEU-3 against the reward call, "
+        "the archive and the rollout window; the measured one) or 'jaccard' (3-gram Jaccard within the GRPO group "
+        "and to the archive; the original, ~30× weaker on arith)")
     diversity_rollout_window: int = Field(default=512, ge=0, description="measure 'self_bleu': recent valid "
                                           "completions the penalty also compares against (0: none)")
 
