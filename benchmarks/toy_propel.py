@@ -110,6 +110,7 @@ class Settings:
     linear_steps: int = 180
     bootstraps: int = 1
     diversity_weight: float = 1.0
+    diversity_measure: str = "self_bleu"  # rl.diversity_measure of the diversity rows (toy_propel.json: "jaccard")
     active_share: float = 0.4  # the active corpus's solver trials, as a share of the uniform corpus's
 
     @staticmethod
@@ -301,7 +302,8 @@ def pair_specs(shared: Shared, settings: Settings) -> list[PairSpec]:
              PairSpec(("PROPEL-linear", "PROPEL-linear + co-evolution"), ["linear"], settings.linear_steps,
                       shared.corpus_trials),
              PairSpec(DIVERSITY_ROWS, ["mlp"], settings.steps, shared.corpus_trials,
-                      rl={"diversity_weight": settings.diversity_weight})]
+                      rl={"diversity_weight": settings.diversity_weight,
+                          "diversity_measure": settings.diversity_measure})]
     if shared.active is not None:
         specs.append(PairSpec((ACTIVE_ROW, ""), ["mlp_active"], settings.steps, shared.active.solver_trials,
                               probes=active_probes_section(shared, settings)))
@@ -425,10 +427,14 @@ def run(settings: Settings, data_dir: Path, name: str, rows: tuple[str, ...] = R
               "spread across them is reported next to the spread across seeds")
 @click.option("--diversity-weight", type=float, default=None, help="rl.diversity_weight of the diversity rows "
               "(default 1.0)")
+@click.option("--diversity-measure", type=click.Choice(["self_bleu", "jaccard"]), default=None,
+              help="rl.diversity_measure of the diversity rows (default self_bleu; toy_propel.json at de3a244 ran "
+              "jaccard)")
 @click.option("--active-share", type=click.FloatRange(0, 1, min_open=True), default=None,
               help=f"{ACTIVE_ROW}: its corpus's solver trials as a share of the uniform corpus's (default 0.4)")
 def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name: str, rows: str,
-         bootstraps: int | None, diversity_weight: float | None, active_share: float | None) -> None:
+         bootstraps: int | None, diversity_weight: float | None, diversity_measure: str | None,
+         active_share: float | None) -> None:
     """Run the toy PROPEL benchmark on the daemon's code and write JSON, PNG and the README table."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # every row's store is migrated: say it once
@@ -440,6 +446,7 @@ def main(quick: bool, seeds: int | None, steps: int | None, data_dir: Path, name
     settings = Settings.quick() if quick else Settings()
     overrides: dict[str, Any] = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("bootstraps", bootstraps),
                                                    ("diversity_weight", diversity_weight),
+                                                   ("diversity_measure", diversity_measure),
                                                    ("active_share", active_share)) if v is not None}
     data = run(replace(settings, **overrides), data_dir, name, chosen)
     click.echo(markdown(data["table"], data, name))

@@ -49,6 +49,23 @@ choice; an embedding distance needs a model forward pass, i.e. roughly the cost 
 itself (``benchmarks/diversity_cost.py`` measures this term against the probe pass). Hashed
 n-gram sets cost one tokenisation per completion and a sorted-array join against the archive.
 
+**Measure ``self_bleu``** (``measure="self_bleu"``, issue #22 follow-up): the measure above is
+blind to what the collapse metrics see on arith. Two different short expressions share almost no
+3-gram, so the mean pairwise Jaccard is ≈ 0 for every member of a varied-looking group and nearly
+constant across it, and GRPO's per-group advantage normalisation removes a constant. Self-BLEU-3
+(Zhu et al. 2018, "Texygen", the metric :mod:`curriculum.diversity` pins) instead asks, per text, how
+much of it — 1-, 2- and 3-grams, geometric mean — is *covered by the union* of the other texts: a
+policy that concentrates on favourite numbers and operator patterns raises it without producing
+near-copies. ``self_bleu`` is that per-text score as the penalty, on canonical forms: for orders
+``n = 1..order`` (``order = 3`` by default), ``p_n`` = share of the text's distinct n-grams found in
+the pool — the other valid completions of the same reward call, the archive of emitted tasks, and a
+FIFO window of the last ``rollout_window`` valid completions the term has scored (the policy's
+recent output: the eval sample the metric is computed on is drawn from that policy) — with nltk's
+``method1`` smoothing (a zero count becomes 0.1), and ``penalty = (∏ p_n)^(1/orders)`` ∈ (0, 1] over
+the orders the text is long enough for (0 for an empty text). Presence in the pool, not clipped
+counts: a canonical arith expression rarely repeats an n-gram within itself. The pool's n-gram
+counts are kept incrementally, so a call costs a few dict look-ups per gram.
+
 **Archive** (:meth:`DiversityTerm.observe`): the emitted tasks' n-gram sets, oldest first, at most
 ``archive_size``; no topic may hold more than ``topic_quota × archive_size`` of them (at least 1):
 a task of a topic at its quota evicts that topic's oldest entry, otherwise a full archive evicts
@@ -76,6 +93,8 @@ from curriculum.diversity import tokenize
 _BUILTINS = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 _MATH_COMMANDS_DROPPED = frozenset({"left", "right", ",", ";", ":", "!", "quad", "qquad"})
 _HASH_BASE = np.uint64(1_000_003)
+#: the penalty's measures (module docstring): the original set Jaccard, and per-text Self-BLEU against a pool
+MEASURES = ("jaccard", "self_bleu")
 _SHORT_SALT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -185,11 +204,41 @@ def hashed_ngrams(tokens: Sequence[str], n: int) -> NDArray[np.uint64]:
     return np.unique(acc)
 
 
+def ngram_orders(tokens: Sequence[str], order: int) -> tuple[NDArray[np.uint64], ...]:
+    """The distinct hashed n-grams of ``tokens`` for ``n = 1..order`` (an empty set where the text is shorter)."""
+    return tuple(hashed_ngrams(tokens, n) if len(tokens) >= n else np.zeros(0, dtype=np.uint64)
+                 for n in range(1, order + 1))
+
+
+class _GramPool:
+    """How many pooled texts hold each hashed n-gram, per order (a gram is in the pool when its count > 0)."""
+
+    def __init__(self, order: int) -> None:
+        self.counts: list[Counter[int]] = [Counter() for _ in range(order)]
+
+    def add(self, grams: Sequence[NDArray[np.uint64]], sign: int = 1) -> None:
+        for counts, g in zip(self.counts, grams, strict=True):
+            for h in g.tolist():
+                counts[h] += sign
+                if counts[h] <= 0:
+                    del counts[h]
+
+    def holds(self, n: int, gram: int) -> bool:
+        return self.counts[n].get(gram, 0) > 0
+
+
+def _smoothed_bleu(grams: Sequence[NDArray[np.uint64]], found: Sequence[int]) -> float:
+    """Geometric mean over the non-empty orders of ``found / size`` (a zero count becomes 0.1, nltk method1)."""
+    logs = [np.log((k if k else 0.1) / len(g)) for g, k in zip(grams, found, strict=True) if len(g)]
+    return float(np.exp(np.mean(logs))) if logs else 0.0
+
+
 @dataclass(frozen=True, eq=False)  # identity equality: entries are removed by identity
 class _Entry:
     key: str  # canonical form
     topic: str
     grams: NDArray[np.uint64]
+    orders: tuple[NDArray[np.uint64], ...] = ()  # measure "self_bleu": the 1..order-gram sets
 
 
 class _GramIndex:
@@ -241,14 +290,21 @@ class DiversityTerm:
     """Repetition penalty of a batch against its GRPO groups and a topic-quota'd archive (module docstring)."""
 
     def __init__(self, domain: str, weight: float, archive_size: int = 1024, n: int = 3,
-                 topic_quota: float = 0.25) -> None:
+                 topic_quota: float = 0.25, measure: str = "jaccard", rollout_window: int = 512) -> None:
         if not weight >= 0:
             raise ValueError(f"diversity weight must be ≥ 0, got {weight}")
-        if archive_size < 1 or n < 1:
-            raise ValueError(f"archive_size and n must be ≥ 1 (got {archive_size}, {n})")
+        if archive_size < 1 or n < 1 or rollout_window < 0:
+            raise ValueError(f"archive_size and n must be ≥ 1, rollout_window ≥ 0 (got {archive_size}, {n}, "
+                             f"{rollout_window})")
         if not 0 < topic_quota <= 1:
             raise ValueError(f"topic_quota must lie in (0, 1], got {topic_quota}")
-        self.domain, self.weight, self.n = domain, float(weight), n
+        if measure not in MEASURES:
+            raise ValueError(f"unknown diversity measure {measure!r}: choose one of {', '.join(MEASURES)}")
+        self.domain, self.weight, self.n, self.measure = domain, float(weight), n, measure
+        self.rollout_window = rollout_window
+        self._rollouts: deque[tuple[NDArray[np.uint64], ...]] = deque()
+        self._rollout_pool = _GramPool(n)
+        self._archive_pool: _GramPool | None = None
         self.archive_size, self.topic_quota = archive_size, float(topic_quota)
         self.per_topic = max(1, int(topic_quota * archive_size))
         self._archive: deque[_Entry] = deque()
@@ -274,6 +330,8 @@ class DiversityTerm:
         Groups are consecutive blocks of ``group_size`` texts (the last one may be shorter)."""
         if group_size < 1:
             raise ValueError(f"group_size must be ≥ 1, got {group_size}")
+        if self.measure == "self_bleu":
+            return self._bleu_penalties(texts)
         idx = [i for i, t in enumerate(texts) if t is not None]
         out = [0.0] * len(texts)
         if not idx:
@@ -299,7 +357,8 @@ class DiversityTerm:
             key, grams = self.grams(text)
             if key in self._keys:
                 continue
-            entry = _Entry(key, topic or "", grams)
+            orders = ngram_orders(key.split(" ") if key else [], self.n) if self.measure == "self_bleu" else ()
+            entry = _Entry(key, topic or "", grams, orders)
             if self._topics[entry.topic] >= self.per_topic:
                 self._evict(next(e for e in self._archive if e.topic == entry.topic))
             elif len(self._archive) >= self.archive_size:
@@ -309,7 +368,7 @@ class DiversityTerm:
             self._topics[entry.topic] += 1
             added += 1
         if added:
-            self._index = None
+            self._index, self._archive_pool = None, None
         return added
 
     def _evict(self, entry: _Entry) -> None:
@@ -323,3 +382,32 @@ class DiversityTerm:
         if self._index is None:
             self._index = _GramIndex([e.grams for e in self._archive])
         return self._index
+
+    def _bleu_penalties(self, texts: Sequence[str | None]) -> list[float]:
+        """Measure ``self_bleu``: each valid text's smoothed BLEU precision against the other valid texts of
+        the call, the archive and the rollout window; the valid texts then join the window."""
+        idx = [i for i, t in enumerate(texts) if t is not None]
+        out = [0.0] * len(texts)
+        sets = [ngram_orders(k.split(" ") if (k := canonical_form(self.domain, str(texts[i]))) else [], self.n)
+                for i in idx]
+        call = _GramPool(self.n)
+        for grams in sets:
+            call.add(grams)
+        pools = (self._archive_gram_pool(), self._rollout_pool)
+        for i, grams in zip(idx, sets, strict=True):
+            found = [sum(1 for h in g.tolist() if call.counts[n][h] > 1 or any(p.holds(n, h) for p in pools))
+                     for n, g in enumerate(grams)]
+            out[i] = _smoothed_bleu(grams, found)
+        for grams in sets if self.rollout_window else ():
+            if len(self._rollouts) >= self.rollout_window:
+                self._rollout_pool.add(self._rollouts.popleft(), sign=-1)
+            self._rollouts.append(grams)
+            self._rollout_pool.add(grams)
+        return out
+
+    def _archive_gram_pool(self) -> _GramPool:
+        if self._archive_pool is None:
+            self._archive_pool = _GramPool(self.n)
+            for e in self._archive:
+                self._archive_pool.add(e.orders)
+        return self._archive_pool

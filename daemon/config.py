@@ -297,13 +297,19 @@ class RLConfig(_Section):
     invalid_floor_margin: float = Field(default=1.0, gt=0, description="floor = min probe logit − margin")
     use_vllm: bool = False
     bf16: bool = False
-    diversity_weight: float = Field(default=0.0, ge=0, description="weight of the repetition penalty (0–1, "
-                                    "within the GRPO group and against recently emitted tasks) subtracted from "
-                                    "valid completions' reward (0: off; see curriculum.novelty)")
+    diversity_weight: float = Field(default=0.0, ge=0, description="weight of the repetition penalty (in "
+                                    "[0, 1]; see rl.diversity_measure) subtracted from valid completions' reward "
+                                    "(0: off, the measured default; see curriculum.novelty and docs/RL.md)")
     diversity_archive_size: int = Field(default=1024, ge=1, description="recently emitted tasks the diversity "
                                         "penalty compares against")
     diversity_topic_quota: float = Field(default=0.25, gt=0, le=1, description="largest share of the diversity "
                                          "archive one topic may hold")
+    diversity_measure: Literal["jaccard", "self_bleu"] = Field(
+        default="self_bleu", description="the penalty: 'self_bleu' (per-task Self-BLEU-3 against the reward call, "
+        "the archive and the rollout window; the measured one) or 'jaccard' (3-gram Jaccard within the GRPO group "
+        "and to the archive; the original, ~30× weaker on arith)")
+    diversity_rollout_window: int = Field(default=512, ge=0, description="measure 'self_bleu': recent valid "
+                                          "completions the penalty also compares against (0: none)")
 
     @model_validator(mode="after")
     def _divisible(self) -> RLConfig:

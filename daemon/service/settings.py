@@ -99,7 +99,8 @@ def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
     if rl.diversity_weight == 0:
         return None
     return DiversityTerm(cfg.domain.name, rl.diversity_weight, archive_size=rl.diversity_archive_size,
-                         topic_quota=rl.diversity_topic_quota)
+                         topic_quota=rl.diversity_topic_quota, measure=rl.diversity_measure,
+                         rollout_window=rl.diversity_rollout_window)
 
 
 def restored_diversity_term(cfg: PropelConfig, store: Store, run_id: int) -> DiversityTerm | None:

@@ -158,3 +158,65 @@ def test_term_is_picklable_and_rejects_bad_settings() -> None:
     for kwargs in ({"weight": -1.0}, {"weight": 1.0, "archive_size": 0}, {"weight": 1.0, "topic_quota": 0.0}):
         with pytest.raises(ValueError):
             DiversityTerm("arith", **kwargs)  # type: ignore[arg-type]
+
+
+# ---- measure "self_bleu" ----------------------------------------------------------------------------
+
+
+def test_self_bleu_measure_is_deterministic_bounded_and_ranks_duplicates_below_variety() -> None:
+    rng = random.Random(5)
+    varied = [random_expression(rng, rng.randint(3, 6)) for _ in range(8)]
+    archive = [random_expression(rng, 4) for _ in range(50)]
+
+    def run() -> list[float]:
+        term = DiversityTerm("arith", weight=1.0, measure="self_bleu", archive_size=64, rollout_window=0)
+        term.observe(archive, [str(i % 5) for i in range(len(archive))])
+        return term.penalties([*[varied[0]] * 8, *varied, None], group_size=8)
+
+    first = run()
+    assert first == run()
+    assert all(0.0 <= p <= 1.0 for p in first) and first[16] == 0.0
+    assert np.mean(first[:8]) == 1.0 and np.mean(first[8:16]) < 0.6, first  # the batch holds the copies
+
+
+def test_self_bleu_measure_sees_shared_patterns_that_jaccard_misses() -> None:
+    """Tasks that are not near-copies but reuse the same few numbers in the same operator pattern (what a
+    narrowing policy emits): their 3-gram Jaccard is ≈ 0 (≤ 0.1), the per-text Self-BLEU is not, and it ranks
+    the patterned batch far above a varied one."""
+    patterned = [f"{a}*{b}-{c}" for a, b, c in ((1, 2, 3), (2, 3, 1), (3, 1, 2), (1, 3, 2), (2, 1, 3), (3, 2, 1),
+                                                (4, 1, 2), (1, 4, 3))]
+    rng = random.Random(6)
+    varied = [random_expression(rng, 3) for _ in range(8)]
+    assert max(DiversityTerm("arith", weight=1.0).penalties(patterned, group_size=8)) <= 0.1
+    bleu = [DiversityTerm("arith", weight=1.0, measure="self_bleu", rollout_window=0) for _ in range(2)]
+    assert np.mean(bleu[0].penalties(patterned, 8)) > 0.6 > 0.2 > np.mean(bleu[1].penalties(varied, 8))
+
+
+def test_self_bleu_rollout_window_remembers_recent_completions() -> None:
+    term = DiversityTerm("arith", weight=1.0, measure="self_bleu", rollout_window=2)
+    # nothing to compare with: every order smoothed, 0.1 / (7 uni-, 6 bi-, 5 trigrams), geometric mean
+    assert term.penalties(["12*(3+4)"], group_size=1) == [pytest.approx(0.1 / (7 * 6 * 5) ** (1 / 3), rel=1e-12)]
+    assert term.penalties(["12 * ( 3+4 )"], group_size=1) == [1.0]  # seen in the last call, whatever the spacing
+    term.penalties(["5-6", "7-8"], group_size=1)  # pushes it out of a window of 2
+    assert term.penalties(["12*(3+4)"], group_size=1)[0] < 0.2
+    off = DiversityTerm("arith", weight=1.0, measure="self_bleu", rollout_window=0)
+    off.penalties(["12*(3+4)"], group_size=1)
+    assert off.penalties(["12*(3+4)"], group_size=1)[0] < 0.2  # no window: nothing remembered
+
+
+def test_self_bleu_measure_ignores_surface_noise_and_uses_the_archive() -> None:
+    rng = random.Random(7)
+    base = [random_expression(rng, 4) for _ in range(8)]
+    term = DiversityTerm("arith", weight=1.0, measure="self_bleu", rollout_window=0)
+    term.observe(base, ["t"] * len(base))
+    assert term.penalties([_noise(t, rng) for t in base], group_size=1) == [1.0] * len(base)
+    azr = DiversityTerm("azr", weight=1.0, measure="self_bleu", rollout_window=0)
+    azr.observe([AZR], ["sort"])
+    assert azr.penalties([AZR_RENAMED], group_size=1) == [1.0]
+    assert azr.penalties([AZR_OTHER], group_size=1)[0] < 0.9
+    with pytest.raises(ValueError):
+        DiversityTerm("arith", weight=1.0, measure="bleu")
+    with pytest.raises(ValueError):
+        DiversityTerm("arith", weight=1.0, measure="self_bleu", rollout_window=-1)
+    clone = pickle.loads(pickle.dumps(term))
+    assert clone.penalties(base[:2], 1) == term.penalties(base[:2], 1)
