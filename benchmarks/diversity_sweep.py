@@ -177,8 +177,9 @@ def main(configs: str, seeds: int, bootstraps: int, first_bootstrap: int, first_
     logging.getLogger("alembic").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     chosen = parse_configs(configs)
-    settings = replace(Settings.quick() if quick else Settings(), seeds=seeds, bootstraps=bootstraps,
-                       **({"steps": steps} if steps else {}))
+    settings = replace(Settings.quick() if quick else Settings(), seeds=seeds, bootstraps=bootstraps)
+    if steps:
+        settings = replace(settings, steps=steps)
     started = time.perf_counter()
     per_seed: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="diversity_sweep_") as tmp:

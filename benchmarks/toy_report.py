@@ -9,6 +9,7 @@ import numpy as np
 
 from benchmarks._common import RESULTS
 from probes.band import Band
+from testkit.toy_rows import ACTIVE_ROW
 
 
 def aggregate(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -41,8 +42,6 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, 
     return table
 
 
-#: the row issue #22 item 5 adds (``benchmarks/toy_propel.py`` ACTIVE_ROW)
-ACTIVE_ROW = "PROPEL (active corpus)"
 
 
 def lift_per_1k_trials(row: dict[str, Any], base: dict[str, Any]) -> float:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.toy_propel import (
+from daemon.service.settings import active_pool_samples, active_settings
+from testkit.toy_rows import (
     ACTIVE_ROW,
     BAND,
     ActiveCorpus,
@@ -23,7 +24,6 @@ from benchmarks.toy_propel import (
     row_config,
     run_name,
 )
-from daemon.service.settings import active_pool_samples, active_settings
 
 UNIFORM_TRIALS = 11968  # the uniform corpus of the current toy table (1,496 tasks × k = 8)
 
