@@ -88,7 +88,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from curriculum.diversity import tokenize
+from curriculum.diversity import SMOOTHING_EPSILON, tokenize
 
 _BUILTINS = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 _MATH_COMMANDS_DROPPED = frozenset({"left", "right", ",", ";", ":", "!", "quad", "qquad"})
@@ -229,7 +229,7 @@ class _GramPool:
 
 def _smoothed_bleu(grams: Sequence[NDArray[np.uint64]], found: Sequence[int]) -> float:
     """Geometric mean over the non-empty orders of ``found / size`` (a zero count becomes 0.1, nltk method1)."""
-    logs = [np.log((k if k else 0.1) / len(g)) for g, k in zip(grams, found, strict=True) if len(g)]
+    logs = [np.log((k if k else SMOOTHING_EPSILON) / len(g)) for g, k in zip(grams, found, strict=True) if len(g)]
     return float(np.exp(np.mean(logs))) if logs else 0.0
 
 
@@ -357,7 +357,7 @@ class DiversityTerm:
             key, grams = self.grams(text)
             if key in self._keys:
                 continue
-            orders = ngram_orders(key.split(" ") if key else [], self.n) if self.measure == "self_bleu" else ()
+            orders = self._orders(key) if self.measure == "self_bleu" else ()
             entry = _Entry(key, topic or "", grams, orders)
             if self._topics[entry.topic] >= self.per_topic:
                 self._evict(next(e for e in self._archive if e.topic == entry.topic))
@@ -383,13 +383,16 @@ class DiversityTerm:
             self._index = _GramIndex([e.grams for e in self._archive])
         return self._index
 
+    def _orders(self, key: str) -> tuple[NDArray[np.uint64], ...]:
+        """The 1..n-gram sets of a canonical form (its tokens are space-joined)."""
+        return ngram_orders(key.split(" ") if key else [], self.n)
+
     def _bleu_penalties(self, texts: Sequence[str | None]) -> list[float]:
         """Measure ``self_bleu``: each valid text's smoothed BLEU precision against the other valid texts of
         the call, the archive and the rollout window; the valid texts then join the window."""
         idx = [i for i, t in enumerate(texts) if t is not None]
         out = [0.0] * len(texts)
-        sets = [ngram_orders(k.split(" ") if (k := canonical_form(self.domain, str(texts[i]))) else [], self.n)
-                for i in idx]
+        sets = [self._orders(canonical_form(self.domain, str(texts[i]))) for i in idx]
         call = _GramPool(self.n)
         for grams in sets:
             call.add(grams)
