@@ -43,7 +43,7 @@ test-fast: $(STAMP)  ## unit tests only
 
 lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy probes curriculum workers daemon propel_sdk migrations
+	$(BIN)/mypy probes curriculum workers daemon propel_sdk migrations benchmarks testkit
 
 bench: $(STAMP)  ## run the benchmarks (results in benchmarks/results/)
 	@for b in benchmarks/[a-z]*.py; do m=$$(basename $$b .py); echo "== benchmarks.$$m"; \

@@ -69,8 +69,8 @@ def main() -> None:
         engine = build_engine(cfg, store, run_id, say=lambda s: None)
         spot = build_spot(cfg, store, engine)
         retrainer = build_retrainer(cfg, store, engine)  # aux training incl. its labelled-set query
-        driver = Driver(store, run_id, Timed(engine, totals, "engine"), Timed(spot, totals, "solver"),  # type: ignore[arg-type]
-                        Timed(retrainer, totals, "retrain"), driver_settings(cfg),  # type: ignore[arg-type]
+        driver = Driver(store, run_id, Timed(engine, totals, "engine"), Timed(spot, totals, "solver"),
+                        Timed(retrainer, totals, "retrain"), driver_settings(cfg),
                         metrics=build_metrics())  # the Prometheus export, as `propel run` does
         phase_wall: dict[str, float] = defaultdict(float)
         for _ in range(args.cycles * 5):

@@ -95,7 +95,8 @@ def run(n_texts: int, repeats: int, batch_size: int) -> dict[str, object]:
     )
     texts = make_texts(n_texts)
     batches = padded_batches(reference, texts, batch_size)
-    model, base = reference.model, reference.model.base_model
+    model = reference.model
+    base: torch.nn.Module = getattr(model, "base_model", model)  # the body without the LM head
     extraction = ExtractionConfig(batch_size=batch_size, max_length=512)
     one = ProbeScorer(reference, make_probe(reference, FeatureSpec(-1, "mean_full"), 0), extraction)
     members = [

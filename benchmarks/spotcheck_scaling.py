@@ -31,7 +31,9 @@ REDIS = "redis://127.0.0.1:6379/14"
 
 
 def make_tasks(store: Store, n: int) -> list[int]:
-    dom, rng, seen, new = ArithDomain(), random.Random(1), set(), []
+    dom, rng = ArithDomain(), random.Random(1)
+    seen: set[str] = set()
+    new: list[repo.NewTask] = []
     while len(new) < n:
         v = dom.check(dom.parse(random_expression(rng, rng.randint(1, 6))).task)  # type: ignore[arg-type]
         if v.valid and v.task.content_hash not in seen:

@@ -38,7 +38,9 @@ def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60,
     spot-check labels from the synthetic solver and the false positives among them (threshold 0.5)
     recorded as the leader records them (at ``fp_threshold``); returns (run id, task ids)."""
     dom, rng = ArithDomain(), random.Random(0)
-    new, probs, seen = [], [], set()
+    new: list[repo.NewTask] = []
+    probs: list[float] = []
+    seen: set[str] = set()
     while len(new) < n_tasks:
         v = dom.validate_batch([random_expression(rng, rng.randint(1, 7))])[0]
         if v.valid and v.task.content_hash not in seen:

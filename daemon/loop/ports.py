@@ -41,7 +41,10 @@ class ReferenceInfo:
 
 
 class Engine(Protocol):
-    domain: Domain
+    @property
+    def domain(self) -> Domain:
+        """The task domain the engine generates for (read-only: the driver never replaces it)."""
+        ...
 
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
         """Train up to ``steps`` GRPO steps and checkpoint; returns chunk stats (reward mean/std …)."""
