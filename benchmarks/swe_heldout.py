@@ -8,17 +8,18 @@ The product's code path, with repo-disjoint splits of the registry (``propel swe
 
 1. **Generator**: ``bootstrap:swe`` pretrained on the spec lines of **all** usable repositories
    (``split = None``: like an LLM pretrained on public code that includes the held-out projects).
-2. **Probe**: base-policy samples with ``tiny-repo`` prompts naming **probe-train** repositories, verified
-   (``SweDomain.validate_batch``) and labelled (:func:`curriculum.first_probe.label_corpus`), features of the
-   frozen reference (the bootstrapped generator, the daemon's CPU reference) at the configured layer and
-   pooling, fitted by :func:`probes.fit.fit_probe` as the SWE defaults do (mlp, class-weighted, grouped by
-   repository).
+2. **Probe**: base-policy samples with tiny prompts (``tiny-func``: ``BUG: REPO FILE::FUNCTION ``, the
+   generator writes ``OPERATOR SITE``; ``--prompt-style tiny-repo``: ``BUG: REPO ``) naming **probe-train**
+   repositories, verified (``SweDomain.validate_batch``) and labelled
+   (:func:`curriculum.first_probe.label_corpus`), features of the frozen reference (the bootstrapped
+   generator, the daemon's CPU reference) at the configured layer and pooling, fitted by
+   :func:`probes.fit.fit_probe` as the SWE defaults do (mlp, class-weighted, grouped by repository).
 3. **RL** per seed: a run store per row (:func:`daemon.service.lifecycle.open_run`), the probe registered as
    its primary (:func:`curriculum.first_probe.register_primaries`), the daemon's engine
    (:func:`daemon.service.engine.build_engine`: hard-gate reward = verifier validity gate + probe logit,
-   GRPO + LoRA chunk) on ``tiny-repo`` prompts naming **rl-train** repositories.
+   GRPO + LoRA chunk) on the same style's prompts naming **rl-train** repositories.
 4. **Evaluation** (solver only, never the probe): base and PROPEL generators sample ``eval_n`` completions of
-   the same ``tiny-repo`` prompts naming **held-out** repositories (same sampling seed per pair), evaluated by
+   the same style's prompts naming **held-out** repositories (same sampling seed per pair), evaluated by
    :func:`curriculum.evaluation.evaluate_texts`; also on rl-train prompts (``train_eval_n``) for reference.
 
 Verdicts are memoised in the SWE cache's task memo (``<cache>/tasks``), so repeated bugs cost no suite run.
@@ -77,6 +78,9 @@ class Settings:
     #: the daemon's SWE recipe trains 400 steps; on all 9 usable repositories' spec spaces that leaves about
     #: half of the samples applicable, so the benchmark's generator is pretrained longer (same recipe otherwise)
     bootstrap_steps: int = 1200
+    #: ``tiny-func`` (the prompt names the function, the generator writes the bug) or ``tiny-repo`` (the
+    #: prompt names the repository, the generator writes the function too: the result at 503f441)
+    prompt_style: str = "tiny-func"
 
     @staticmethod
     def quick() -> Settings:
@@ -84,12 +88,12 @@ class Settings:
                         bootstrap_steps=400)
 
 
-def split_domain(cache: Path, split: str | None) -> SweDomain:
-    return SweDomain(cache, split=split, runner="auto", prompt_style="tiny-repo")
+def split_domain(cache: Path, split: str | None, prompt_style: str) -> SweDomain:
+    return SweDomain(cache, split=split, runner="auto", prompt_style=prompt_style)
 
 
 def policy_sample(model: Any, tokenizer: Any, domain: SweDomain, n: int, seed: int) -> list[str]:
-    """``n`` generations of ``model`` on the domain's ``tiny-repo`` prompts (what ``GeneratorTrainer.sample``
+    """``n`` generations of ``model`` on the domain's tiny prompts (what ``GeneratorTrainer.sample``
     does for the trainer's own domain; here for any split): completion with the prompt's repository joined."""
     prompts = domain.generator_prompts(n, seed)
     completions = sample_completions(model, tokenizer, prompts, seed, 1.0, 1.0, MAX_NEW_TOKENS)
@@ -98,7 +102,7 @@ def policy_sample(model: Any, tokenizer: Any, domain: SweDomain, n: int, seed: i
 
 def train_probe(cache: Path, gen_path: Path, settings: Settings) -> tuple[Probe, FrozenReference, dict[str, Any]]:
     """The first probe on probe-train repositories' labelled base-policy bugs (first-probe code)."""
-    domain = split_domain(cache, "probe-train")
+    domain = split_domain(cache, "probe-train", settings.prompt_style)
     model, tok = load_bootstrapped(gen_path)
     tasks = distinct_valid_tasks(domain, policy_sample(model, tok, domain, settings.probe_samples, seed=1))
     log.info("probe corpus: %d distinct valid bugs of %d samples; labelling k=3", len(tasks), settings.probe_samples)
@@ -116,12 +120,12 @@ def train_probe(cache: Path, gen_path: Path, settings: Settings) -> tuple[Probe,
 
 
 def row_config(gen_path: Path, cache: Path, root: Path, seed: int, settings: Settings) -> PropelConfig:
-    """The daemon config of one PROPEL row (``propel run --domain swe`` defaults, rl-train tiny-repo prompts)."""
+    """The daemon config of one PROPEL row (``propel run --domain swe`` defaults, rl-train prompts)."""
     return PropelConfig.model_validate({
         "data_dir": str(root / f"propel-{seed}"), "run_name": f"propel-{seed}", "seed": seed,
         "generator": {"model": str(gen_path), "max_new_tokens": MAX_NEW_TOKENS},
         "domain": {"name": "swe", "options": {"cache_dir": str(cache), "split": "rl-train",
-                                              "prompt_style": "tiny-repo"}},
+                                              "prompt_style": settings.prompt_style}},
         "probes": {"layer": SPEC.layer, "pooling": SPEC.pooling, "architecture": "mlp", "validation": "grouped",
                    "balance": "weighted"},
         "solver": {"backend": "synthetic-swe"},
@@ -217,7 +221,8 @@ def run(settings: Settings, data_dir: Path, cache: Path) -> dict[str, Any]:
     probe, reference, probe_info = train_probe(cache, boot.path, settings)
     probe_s = time.perf_counter() - started
     log.info("probe: %s at %.0f s", {k: probe_info[k] for k in ("rows", "positives", "per_repo")}, probe_s)
-    domains = {"held-out": split_domain(cache, "held-out"), "rl-train": split_domain(cache, "rl-train")}
+    style = settings.prompt_style
+    domains = {"held-out": split_domain(cache, "held-out", style), "rl-train": split_domain(cache, "rl-train", style)}
     ns = {"held-out": settings.eval_n, "rl-train": settings.train_eval_n}
     solver = SyntheticSweSolver(cache)
     base_model, base_tok = load_bootstrapped(boot.path)
@@ -235,10 +240,11 @@ def run(settings: Settings, data_dir: Path, cache: Path) -> dict[str, Any]:
             shutil.rmtree(Path(tmp) / f"propel-{seed}", ignore_errors=True)
     return {"synthetic_solver": True, "note": SYNTHETIC_NOTE, "solver": solver.solver_id, "band": SWE_BAND,
             "settings": asdict(settings), "splits": {k: sorted(d.usable_repos()) for k, d in
-                                                     {**domains, "probe-train": split_domain(cache, "probe-train")}
+                                                     {**domains, "probe-train": split_domain(cache, "probe-train",
+                                                                                             style)}
                                                      .items()},
             "generator": {"path": str(boot.path), "validity": boot.validity, "pretrained_on": "all usable repos",
-                          "prompt_style": "tiny-repo"},
+                          "prompt_style": style},
             "probe": probe_info, "rl": rl_stats, "table": aggregate(per_seed), "per_seed": per_seed,
             "goal": "PROPEL > Base on the held-out in-band share", "total_wall_s": round(time.perf_counter() - started)}
 
@@ -283,9 +289,12 @@ def plot(data: dict[str, Any], path: Path) -> None:
 @click.option("--eval-n", type=int, default=None)
 @click.option("--bootstrap-steps", type=int, default=None)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
+@click.option("--prompt-style", type=click.Choice(["tiny-func", "tiny-repo"]), default="tiny-func", show_default=True,
+              help="tiny-func: the prompt names REPO FILE::FUNCTION, the generator writes OPERATOR SITE; "
+                   "tiny-repo: the prompt names the repository only")
 @click.option("--name", default="swe_heldout", show_default=True)
 def main(quick: bool, seeds: int | None, steps: int | None, eval_n: int | None, bootstrap_steps: int | None,
-         data_dir: Path, name: str) -> None:
+         data_dir: Path, prompt_style: str, name: str) -> None:
     """Run the held-out SWE benchmark; writes benchmarks/results/NAME.json and .png."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -296,7 +305,7 @@ def main(quick: bool, seeds: int | None, steps: int | None, eval_n: int | None, 
     settings = Settings.quick() if quick else Settings()
     overrides = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("eval_n", eval_n),
                                    ("bootstrap_steps", bootstrap_steps)) if v is not None}
-    data = run(replace(settings, **overrides), data_dir.absolute(), cache)
+    data = run(replace(settings, prompt_style=prompt_style, **overrides), data_dir.absolute(), cache)
     path = write_result(name, data)
     plot(data, RESULTS / f"{name}.png")
     log.info("wrote %s", path)

@@ -35,7 +35,8 @@ def test_each_stage_prompts_its_own_split() -> None:
     """Probe corpus on probe-train, RL (the engine's config) on rl-train, evaluation on held-out; the
     generator's pretraining corpus on every repository; prompts are the repository-conditioned style."""
     source = BENCHMARK.read_text()
-    for needle in ('split_domain(cache, "probe-train")', '"split": "rl-train"', '"held-out": split_domain(cache, '
-                   '"held-out")', 'domain_options={"cache_dir": str(cache), "split": None}',
-                   'prompt_style="tiny-repo"', '"prompt_style": "tiny-repo"'):
+    for needle in ('split_domain(cache, "probe-train", settings.prompt_style)', '"split": "rl-train"',
+                   '"held-out": split_domain(cache, "held-out", style)',
+                   'domain_options={"cache_dir": str(cache), "split": None}',
+                   'prompt_style=prompt_style', '"prompt_style": settings.prompt_style'):
         assert needle in source, needle

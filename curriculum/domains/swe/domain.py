@@ -44,8 +44,12 @@ SWE_BAND: dict[str, int] = {"k": 3, "lo": 1, "hi": 2, "min_valid_trials": 2}
 TINY_PROMPT = "BUG: "
 #: ``instruct``: a chat model's instructions; ``tiny``: :data:`TINY_PROMPT`, the generator writes the whole
 #: spec line (it picks the repository); ``tiny-repo``: :data:`TINY_PROMPT` + a repository name of the
-#: domain's split + a space, the generator writes ``FILE::FUNCTION OPERATOR SITE`` for that repository.
-PROMPT_STYLES = ("instruct", "tiny", "tiny-repo")
+#: domain's split + a space, the generator writes ``FILE::FUNCTION OPERATOR SITE`` for that repository;
+#: ``tiny-func``: :data:`TINY_PROMPT` + ``REPO FILE::FUNCTION `` (a mutable function of the split), the generator
+#: writes ``OPERATOR SITE`` (the bug, not the place: it transfers to repositories whose names it never learned).
+PROMPT_STYLES = ("instruct", "tiny", "tiny-repo", "tiny-func")
+#: The tiny styles whose prompt carries the start of the spec line after :data:`TINY_PROMPT`.
+_PREFIXED_STYLES = ("tiny-repo", "tiny-func")
 #: How a trainer grades a candidate fix for an emitted task: the message (or its ``grading`` object)
 #: saved as task.json, the candidate diff as fix.diff; the repository must be in the local cache.
 GRADING_COMMAND = "propel swe grade --message task.json --fix fix.diff"
@@ -91,6 +95,7 @@ class SweDomain:
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt_style {prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
         self.prompt_style = prompt_style
+        self._targets: dict[str, list[str]] = {}
         if split is not None and split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} (or None for all)")
         self.cache = RepoCache(cache_dir)
@@ -158,8 +163,9 @@ class SweDomain:
         operators; ``tiny`` is the fixed :data:`TINY_PROMPT` (the tiny generator writes the repo too);
         ``tiny-repo`` is :data:`TINY_PROMPT` + ``"REPO "``, a usable repository of this domain's split
         drawn uniformly (seeded) per prompt (:meth:`generation_text` puts it back in front of the
-        completion). The tiny generator's pretraining lines (``TINY_PROMPT`` + a whole spec line) fit
-        both tiny styles: ``tiny-repo`` only moves the end of the prompt past the repository name."""
+        completion); ``tiny-func`` adds ``FILE::FUNCTION `` of that repository, drawn uniformly among the
+        functions the mutator can change. The tiny generator's pretraining lines (``TINY_PROMPT`` + a whole
+        spec line) fit every tiny style: they only move the end of the prompt along the spec line."""
         usable = self.usable_repos()
         if not usable:
             raise ValueError(f"no fetched, preflighted SWE repository in split {self.split!r}; run "
@@ -169,6 +175,8 @@ class SweDomain:
         rng = random.Random(seed)
         if self.prompt_style == "tiny-repo":
             return [f"{TINY_PROMPT}{rng.choice(usable)} " for _ in range(n)]
+        if self.prompt_style == "tiny-func":
+            return [self._function_prompt(rng, usable) for _ in range(n)]
         prompts = []
         for _ in range(n):
             name = rng.choice(usable)
@@ -181,11 +189,23 @@ class SweDomain:
                            "Write one bug spec line: REPO FILE::FUNCTION OPERATOR SITE\n")
         return prompts
 
+    def _function_prompt(self, rng: random.Random, usable: list[str]) -> str:
+        """A ``tiny-func`` prompt: a repository drawn uniformly, then one of its mutable functions."""
+        name = rng.choice(usable)
+        targets = self._targets.get(name)
+        if targets is None:
+            targets = self._targets[name] = sorted({f"{s.file}::{s.function}" for s in self.spec_space(name)})
+        if not targets:
+            raise ValueError(f"repository {name!r} has no function the mutator can change; remove it from the "
+                             "split (docs/SWE.md) or use prompt_style 'tiny-repo'")
+        return f"{TINY_PROMPT}{name} {rng.choice(targets)} "
+
     def generation_text(self, prompt: str, completion: str) -> str:
-        """What :meth:`parse` reads of one generation: a ``tiny-repo`` prompt's repository followed by the
-        completion (``"BUG: six "`` + ``"six.py::f const_inc 0"`` → ``"six six.py::f const_inc 0"``); the
-        completion alone for the other styles (their completions name the repository themselves)."""
-        if self.prompt_style == "tiny-repo" and prompt.startswith(TINY_PROMPT):
+        """What :meth:`parse` reads of one generation: a ``tiny-repo`` / ``tiny-func`` prompt's start of the
+        spec line followed by the completion (``"BUG: six "`` + ``"six.py::f const_inc 0"`` →
+        ``"six six.py::f const_inc 0"``); the completion alone for the other styles (their completions name
+        the repository themselves)."""
+        if self.prompt_style in _PREFIXED_STYLES and prompt.startswith(TINY_PROMPT):
             return prompt[len(TINY_PROMPT):] + completion
         return completion
 

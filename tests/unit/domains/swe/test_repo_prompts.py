@@ -90,3 +90,21 @@ def test_reward_reads_the_repository_from_the_prompt(lab: tuple[Path, Path]) -> 
     out = reward([f"{TINY_PROMPT}minicalc2 ", TINY_PROMPT], [REST, REST])
     assert out == [-3.0, -10.0]  # the same completion: a verified bug under its repository's prompt only
     assert reward.logs[-1].validity_rate == 0.5
+
+
+def test_function_prompts_name_a_mutable_function_of_the_split(lab: tuple[Path, Path]) -> None:
+    """``tiny-func``: the prompt carries ``REPO FILE::FUNCTION `` (a function the mutator can change, of the
+    split's repositories only); the generator writes ``OPERATOR SITE`` and the line is joined back."""
+    held, rl = swe(lab, "held-out", "tiny-func"), swe(lab, "rl-train", "tiny-func")
+    prompts = held.generator_prompts(32, seed=0)
+    assert prompts == held.generator_prompts(32, seed=0)
+    targets = {f"{s.file}::{s.function}" for s in held.spec_space("minicalc2")}
+    assert all(p.startswith(f"{TINY_PROMPT}minicalc2 ") and p.endswith(" ") for p in prompts), prompts
+    shown = {p[len(f"{TINY_PROMPT}minicalc2 "):-1] for p in prompts}
+    assert shown <= targets and len(shown) > 1, (shown, targets)
+    assert all(p.startswith(f"{TINY_PROMPT}minicalc ") for p in rl.generator_prompts(8, seed=1))
+    prompt = f"{TINY_PROMPT}minicalc2 minicalc/core.py::running_total "
+    text = generation_text(held, prompt, "remove_assign 2")
+    assert text == "minicalc2 " + REST
+    parsed = held.parse(text)
+    assert parsed.task is not None and parsed.task.payload["spec"] == text
