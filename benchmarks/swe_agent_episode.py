@@ -126,7 +126,7 @@ def draw_bugs(domain: SweDomain, repo: str, n: int, rng: random.Random) -> list[
         before = (state.checkout.root / spec.file).read_text()
         try:
             after = mutate_source(before, spec)
-            edit_snippet(before, after)
+            edit_snippet(before, after), edit_snippet(after, before)  # the bug's edit and its reverse
         except (MutationError, ValueError, SyntaxError):
             continue
         if after != before:
@@ -159,8 +159,8 @@ def generator_episode(domain: SweDomain, model: ScriptedModel, client: ChatClien
             "valid": bool(validity and validity.valid), "reason": validity.reason if validity else parsed.reason,
             "verify_s": verify_s, "verify_copy_s": verdict.copy_s if verdict else 0.0,
             "verify_run_s": verdict.run_s if verdict else 0.0,
-            "task": validity.task if validity and validity.valid else None, "old": old, "new": new,
-            "file": spec.file}
+            "task": validity.task if validity and validity.valid else None, "file": spec.file,
+            "fix": edit_snippet(after, before)}
 
 
 def solver_trials(domain: SweDomain, model: ScriptedModel, url: str, row: dict[str, Any], k: int,
@@ -171,7 +171,7 @@ def solver_trials(domain: SweDomain, model: ScriptedModel, url: str, row: dict[s
     assert isinstance(state, RepoState)
     failing = list(task.payload["fail_to_pass"])[:3]
     model.solver[task.content_hash[:16]] = Script(pytest_command(failing, state.checkout.spec.pythonpath),
-                                                 row["file"], row["new"], row["old"], True)
+                                                 row["file"], *row["fix"], True)
     solver = build_agent_solver(url, MODEL, domain_options=options, limits={"max_steps": 8})
     prompts = bind_tasks(solver, domain, [task])
     started = time.monotonic()
@@ -287,7 +287,7 @@ def main() -> None:
             "bugs and their reverse fixes; no model time is included", "runner": domain.runner.name,
             "repos": args.repos, "bugs_per_repo": args.bugs, "k": args.k, "seed": args.seed,
             "requests": model.requests, "total_s": round(time.monotonic() - started, 1), **summary,
-            "generator_detail": [{k: v for k, v in g.items() if k not in ("task", "old", "new")} for g in gens],
+            "generator_detail": [{k: v for k, v in g.items() if k not in ("task", "fix")} for g in gens],
             "solver_detail": trials}
     path = write_result(args.name, data)
     plot(summary, RESULTS / f"{args.name}.png")
