@@ -149,6 +149,8 @@ def generator_episode(domain: SweDomain, model: ScriptedModel, client: ChatClien
     episode, completion = generate_bug(domain, client, repo, agent_limits(max_steps=8))
     episode_s = time.monotonic() - started
     parsed = domain.parse(completion)
+    if parsed.task is not None:  # a cold memo: every bug is verified again, as a new bug would be
+        (domain.cache.root / "tasks" / f"{parsed.task.content_hash}.json").unlink(missing_ok=True)
     started = time.monotonic()
     validity = domain.check(parsed.task) if parsed.task is not None else None
     verify_s = time.monotonic() - started
@@ -170,8 +172,9 @@ def solver_trials(domain: SweDomain, model: ScriptedModel, url: str, row: dict[s
     state = domain.repo(row["repo"])
     assert isinstance(state, RepoState)
     failing = list(task.payload["fail_to_pass"])[:3]
+    fix_old, fix_new = row["fix"]
     model.solver[task.content_hash[:16]] = Script(pytest_command(failing, state.checkout.spec.pythonpath),
-                                                 row["file"], *row["fix"], True)
+                                                 row["file"], fix_old, fix_new, True)
     solver = build_agent_solver(url, MODEL, domain_options=options, limits={"max_steps": 8})
     prompts = bind_tasks(solver, domain, [task])
     started = time.monotonic()
