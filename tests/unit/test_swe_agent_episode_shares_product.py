@@ -5,10 +5,8 @@ functions; only the model is scripted. Read as source (tests do not import bench
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+from testkit.benchmark_source import assert_drives_product
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "swe_agent_episode.py"
 SHARED = {("curriculum.domains.swe.agent_roles", "generate_bug"),
           ("curriculum.domains.swe.agent_backends", "build_agent_solver"),
           ("curriculum.domains.swe.agent_backends", "agent_limits"),
@@ -19,13 +17,5 @@ LOOP_INTERNALS = ("run_agent", "Toolbox", "Verifier", "Workspace", "git_apply", 
 
 
 def test_benchmark_drives_the_agent_roles_and_copies_none() -> None:
-    tree = ast.parse(BENCHMARK.read_text())
-    imported = {(n.module or "", a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert imported >= SHARED, sorted(SHARED - imported)
-    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    assert not defined & {name for _, name in SHARED}, "the benchmark redefines a shared function"
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    assert not names & set(LOOP_INTERNALS), sorted(names & set(LOOP_INTERNALS))
-    source = BENCHMARK.read_text()
+    source = assert_drives_product("swe_agent_episode", SHARED, LOOP_INTERNALS)
     assert "domain.check(parsed.task)" in source and "solver.generate(prompts, k" in source

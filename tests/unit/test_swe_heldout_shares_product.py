@@ -5,10 +5,9 @@ benchmarks), like ``test_toy_propel_shares_product.py``."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+from testkit.benchmark_source import BENCHMARKS, assert_drives_product
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "swe_heldout.py"
+BENCHMARK = BENCHMARKS / "swe_heldout.py"
 SHARED = {("daemon.service.engine", "build_engine"), ("daemon.service.lifecycle", "open_run"),
           ("curriculum.first_probe", "label_corpus"), ("curriculum.first_probe", "distinct_valid_tasks"),
           ("curriculum.first_probe", "register_primaries"), ("curriculum.first_probe", "task_groups"),
@@ -20,15 +19,7 @@ LOOP_INTERNALS = ("GeneratorTrainer", "HardGateReward", "SoftGateReward", "Probe
 
 
 def test_benchmark_imports_the_products_functions_and_copies_none() -> None:
-    source = BENCHMARK.read_text()
-    tree = ast.parse(source)
-    imported = {(n.module or "", a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert imported >= SHARED, sorted(SHARED - imported)
-    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    assert not defined & {name for _, name in SHARED}, "the benchmark redefines a shared function"
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    assert not names & set(LOOP_INTERNALS), sorted(names & set(LOOP_INTERNALS))
+    assert_drives_product("swe_heldout", SHARED, LOOP_INTERNALS)
 
 
 def test_each_stage_prompts_its_own_split() -> None:
