@@ -288,13 +288,15 @@ def plot(data: dict[str, Any], path: Path) -> None:
 @click.option("--steps", type=int, default=None)
 @click.option("--eval-n", type=int, default=None)
 @click.option("--bootstrap-steps", type=int, default=None)
+@click.option("--probe-samples", type=int, default=None,
+              help="base-policy samples on probe-train prompts for the probe's corpus (default 96)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True)
 @click.option("--prompt-style", type=click.Choice(["tiny-func", "tiny-repo"]), default="tiny-func", show_default=True,
               help="tiny-func: the prompt names REPO FILE::FUNCTION, the generator writes OPERATOR SITE; "
                    "tiny-repo: the prompt names the repository only")
 @click.option("--name", default="swe_heldout", show_default=True)
 def main(quick: bool, seeds: int | None, steps: int | None, eval_n: int | None, bootstrap_steps: int | None,
-         data_dir: Path, prompt_style: str, name: str) -> None:
+         probe_samples: int | None, data_dir: Path, prompt_style: str, name: str) -> None:
     """Run the held-out SWE benchmark; writes benchmarks/results/NAME.json and .png."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -304,7 +306,8 @@ def main(quick: bool, seeds: int | None, steps: int | None, eval_n: int | None, 
     os.environ["PROPEL_SWE_CACHE"] = str(cache)  # the configured synthetic-swe solver reads the same task memo
     settings = Settings.quick() if quick else Settings()
     overrides = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("eval_n", eval_n),
-                                   ("bootstrap_steps", bootstrap_steps)) if v is not None}
+                                   ("bootstrap_steps", bootstrap_steps), ("probe_samples", probe_samples))
+                 if v is not None}
     data = run(replace(settings, prompt_style=prompt_style, **overrides), data_dir.absolute(), cache)
     path = write_result(name, data)
     plot(data, RESULTS / f"{name}.png")
