@@ -2,7 +2,8 @@
 batch (before, kept selectable only here), on bubblewrap and rlimit, and unsandboxed in-process exec.
 ``*_forked_before`` runs the fork server of ``--before-commit`` (read with ``git show``) in the same
 run, so a change to the fork server is measured before/after side by side. ``cgroup_cost`` times a
-run cgroup's create/remove and a bubblewrap start with and without one (the granularity choice).
+run cgroup's create/remove and a bubblewrap start with and without one (the granularity choice);
+``batch_process_start_ms`` one batch process of a trivial program (the per-batch cost), now and before.
 
 Each check = parse + static policy + run f on 10 inputs + determinism. Sandboxed modes run the
 whole batch in two separate sandbox processes (the real determinism check). ``*_forked`` is the
@@ -31,8 +32,9 @@ from typing import Any
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from curriculum.domains.azr import AzrDomain
 from curriculum.domains.azr_static import normalise_program
-from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
+from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, RlimitSandbox, bwrap_probe
 from curriculum.sandbox.base import ExecutionResult, Sandbox
+from curriculum.sandbox.batch import GRADING_HASH_SEED
 from curriculum.sandbox.cgroup import RunCgroup, host_support
 from curriculum.sandbox.harness import run_program
 from testkit.azr_programs import task_source
@@ -74,7 +76,11 @@ def source_at(commit: str) -> str | None:
 
 class OneInterpreterSandbox:
     """Wraps a backend so the batch harness is another one: the one-interpreter harness by default,
-    or a given source (an older fork server) (benchmark only)."""
+    or a given source (an older fork server) (benchmark only). The source is sent as source and
+    ``hash_seed`` is not passed on, as before either had them: the one-interpreter harness ignores
+    the seed, an older fork server re-executes itself for it where it knows how."""
+
+    host_python = False  # the batch runner then sends its source, which this replaces anyway
 
     def __init__(self, inner: Sandbox, source: str = ONE_INTERPRETER_SOURCE) -> None:
         self.inner = inner
@@ -83,7 +89,7 @@ class OneInterpreterSandbox:
         self.isolates_fs_and_network = inner.isolates_fs_and_network
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = False) -> ExecutionResult:
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
         return self.inner.run_python(self.source, stdin, limits, site_packages)
 
 
@@ -179,6 +185,24 @@ def batch_sweep(sizes: list[int], repeats: int, limits: Limits, before: str | No
     return rows
 
 
+def _run_ok(runner: BatchRunner, programs: list[Program], hash_seed: int | None) -> int:
+    return sum(r.ok for r in runner.run(programs, hash_seed))
+
+
+def start_cost(limits: Limits, repeats: int, before: str | None) -> dict[str, dict[str, float]]:
+    """Milliseconds per batch process of one trivial program on bubblewrap (median, interleaved):
+    the per-batch cost, with the grading hash seed (the gold run) and with a random one (the second
+    run), for the fork server now and for ``before``'s (which re-executes itself for the seed)."""
+    variants = dict(_variants(BubblewrapSandbox(limits), before))
+    runners = {mode: BatchRunner(sb, limits) for mode, sb in variants.items() if mode != "one_interpreter"}
+    program = [Program("p", "def f(x):\n    return x", ("1",))]
+    fns: dict[str, Callable[[], int]] = {}
+    for mode, runner in runners.items():
+        for seed_name, seed in (("grading_seed", GRADING_HASH_SEED), ("random_seed", None)):
+            fns[f"{mode}_{seed_name}"] = partial(_run_ok, runner, program, seed)
+    return {name: {"ms": 1000 * row["seconds"]} for name, row in interleaved(fns, repeats).items()}
+
+
 def cgroup_cost(limits: Limits, repeats: int) -> dict[str, Any]:
     """Milliseconds per run cgroup (create with limits + remove) and per bubblewrap start of a trivial
     program with and without one (median, interleaved): what per-candidate cgroups would add."""
@@ -218,6 +242,7 @@ def main() -> None:
     modes = measure_modes(make_completions(args.tasks), args.repeats, limits, before)
     sweep = batch_sweep(args.sweep, max(1, args.repeats // 2), limits, before) if bwrap_probe()[0] else []
     cgroup = cgroup_cost(limits, args.repeats * 2) if bwrap_probe()[0] else {"available": False}
+    starts = start_cost(limits, args.repeats * 4, before) if bwrap_probe()[0] else {}
     exec_rate = modes["unsandboxed_exec"]["checks_per_s"]
     ratios = {b: modes[f"{b}_batched_forked"]["seconds"] / modes[f"{b}_batched_one_interpreter"]["seconds"]
               for b in ("bubblewrap", "rlimit") if f"{b}_batched_forked" in modes}
@@ -234,6 +259,7 @@ def main() -> None:
         "before_commit": args.before_commit if before else None,
         "forked_before_vs_one_interpreter_slowdown": before_ratios,
         "cgroup_cost": cgroup,
+        "batch_process_start_ms": starts,
         "goal": "forked (one fresh process per candidate) within 2x of one_interpreter (before issue 18)",
         "goal_met": {b: r <= 2.0 for b, r in ratios.items()},
         "load_average": {"before": load_before, "after": os.getloadavg()[0]},

@@ -177,7 +177,8 @@ class _SitePackages:
         self.inner = inner
         self.name = inner.name
         self.isolates_fs_and_network = inner.isolates_fs_and_network
+        self.host_python = inner.host_python
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = True) -> ExecutionResult:
-        return self.inner.run_python(code, stdin, limits, site_packages=True)
+                   site_packages: bool = True, hash_seed: int | None = None) -> ExecutionResult:
+        return self.inner.run_python(code, stdin, limits, site_packages=True, hash_seed=hash_seed)

@@ -46,12 +46,32 @@ class PythonRuntime:
     binds: tuple[str, ...]
 
 
-def python_runtime(site_packages: bool) -> PythonRuntime:
-    """The host interpreter: the base one (stdlib only, ``-I -S``) or the project venv (``-I``)."""
+def python_runtime(site_packages: bool, hash_seed: int | None = None) -> PythonRuntime:
+    """The host interpreter: the base one (stdlib only, ``-I -S``) or the project venv (``-I``).
+
+    With ``hash_seed`` the flags are ``-s -P`` instead of ``-I`` (``-I`` includes ``-E``, which
+    would make Python ignore ``PYTHONHASHSEED``, see :func:`python_env`): no user site, no current
+    directory on ``sys.path``; the environment is the scrubbed one, so ``-E`` has nothing else to hide.
+    """
+    isolation = ("-I",) if hash_seed is None else ("-s", "-P")
     if site_packages:
         binds = tuple(dict.fromkeys((sys.base_prefix, sys.prefix)))
-        return PythonRuntime(sys.executable, ("-I",), binds)
-    return PythonRuntime(os.path.realpath(sys.executable), ("-I", "-S"), (sys.base_prefix,))
+        return PythonRuntime(sys.executable, isolation, binds)
+    return PythonRuntime(os.path.realpath(sys.executable), (*isolation, "-S"), (sys.base_prefix,))
+
+
+#: ``PYTHONHASHSEED`` accepts 0 to 2**32 - 1 (Python refuses to start otherwise).
+MAX_HASH_SEED = (1 << 32) - 1
+
+
+def python_env(hash_seed: int | None) -> dict[str, str]:
+    """The scrubbed environment, plus ``PYTHONHASHSEED`` when ``hash_seed`` is given (ValueError
+    outside 0 to :data:`MAX_HASH_SEED`)."""
+    if hash_seed is None:
+        return dict(SCRUBBED_ENV)
+    if type(hash_seed) is not int or not 0 <= hash_seed <= MAX_HASH_SEED:
+        raise ValueError(f"hash_seed must be an int from 0 to {MAX_HASH_SEED}, got {hash_seed!r}")
+    return {**SCRUBBED_ENV, "PYTHONHASHSEED": str(hash_seed)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -182,6 +202,7 @@ class BubblewrapSandbox:
 
     name = "bubblewrap"
     isolates_fs_and_network = True
+    host_python = True
 
     def __init__(self, limits: Limits | None = None, bwrap: str | None = None, cgroup: bool = True) -> None:
         self.limits = limits or Limits()
@@ -190,19 +211,20 @@ class BubblewrapSandbox:
         self.use_cgroup = cgroup
 
     def argv(self, code: str, limits: Limits, site_packages: bool, uid: int | None = None,
-             seccomp_fd: int | None = None) -> list[str]:
-        runtime = python_runtime(site_packages)
+             seccomp_fd: int | None = None, hash_seed: int | None = None) -> list[str]:
+        runtime = python_runtime(site_packages, hash_seed)
         inner = [*prlimit_argv(limits, PRLIMIT, nproc_limit(limits, uid)), runtime.executable, *runtime.flags,
                  "-c", code]
         return bwrap_argv(inner, runtime.binds, limits, as_root=os.geteuid() == 0,
                           symlinks=host_symlinks(), bwrap=self.bwrap, uid=uid or NOBODY, seccomp_fd=seccomp_fd)
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = False) -> ExecutionResult:
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
         limits = limits or self.limits
         too_large = _too_large(code, self.name)
         if too_large is not None:
             return too_large
+        env = python_env(hash_seed)
         uid = run_uid()
         read_fd, write_fd = os.pipe()
         try:
@@ -210,9 +232,9 @@ class BubblewrapSandbox:
                 os.write(write_fd, filter_program())
             os.close(write_fd)
             write_fd = -1
-            argv = self.argv(code, limits, site_packages, uid, read_fd if seccomp_supported() else None)
-            with run_cgroup(self.use_cgroup, limits) as (cgroup, env, fds):
-                return run_command(argv, stdin, {**SCRUBBED_ENV, **env}, limits, self.name, signal_offset=128,
+            argv = self.argv(code, limits, site_packages, uid, read_fd if seccomp_supported() else None, hash_seed)
+            with run_cgroup(self.use_cgroup, limits) as (cgroup, oom_env, fds):
+                return run_command(argv, stdin, {**env, **oom_env}, limits, self.name, signal_offset=128,
                                    pass_fds=(read_fd, *fds), uid=uid if uid != NOBODY else None, cgroup=cgroup)
         finally:
             os.close(read_fd)
@@ -230,6 +252,7 @@ class RlimitSandbox:
 
     name = "rlimit"
     isolates_fs_and_network = False
+    host_python = True
 
     def __init__(self, limits: Limits | None = None, cgroup: bool = True) -> None:
         self.limits = limits or Limits()
@@ -237,18 +260,19 @@ class RlimitSandbox:
         self.use_cgroup = cgroup
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = False) -> ExecutionResult:
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
         limits = limits or self.limits
         too_large = _too_large(code, self.name)
         if too_large is not None:
             return too_large
-        runtime = python_runtime(site_packages)
+        runtime = python_runtime(site_packages, hash_seed)
+        env = python_env(hash_seed)
         uid = run_uid()
         workdir = tempfile.mkdtemp(prefix="propel-sbx-")
         try:
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            env = {**SCRUBBED_ENV, "HOME": workdir, "TMPDIR": workdir}
+            env.update(HOME=workdir, TMPDIR=workdir)
             if seccomp_supported():
                 code = install_preamble() + code
             argv = rlimit_argv([runtime.executable, *runtime.flags, "-c", code], limits, as_root=uid is not None,

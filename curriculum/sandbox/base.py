@@ -104,9 +104,14 @@ class Sandbox(Protocol):
     name: str
     #: True when the backend isolates network and filesystem (not only resources).
     isolates_fs_and_network: bool
+    #: True when the sandbox runs this host's own interpreter (so code compiled here runs there).
+    host_python: bool
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = False) -> ExecutionResult:
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
         """Run ``code`` with a scrubbed environment under ``limits``; ``site_packages`` makes the
-        project's installed packages importable (needed by the math grader for sympy)."""
+        project's installed packages importable (needed by the math grader for sympy);
+        ``hash_seed`` asks for that string-hash seed (``PYTHONHASHSEED``) where the backend can
+        start Python with it (bubblewrap, rlimit; docker ignores it, and the batch fork server
+        then re-executes itself with it)."""
         ...

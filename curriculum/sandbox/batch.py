@@ -15,12 +15,20 @@ random one), the second evaluating every program's inputs in the reverse order, 
 depends on evaluation history or on the process is reported by :func:`compare_runs` as
 ``nondeterministic``. When hash-order dependence slips through (both seeds happen to give the same
 order), grading still reproduces the gold outputs, because it runs with the gold run's seed.
+
+Start-up cost per batch process: where the sandbox runs this host's interpreter
+(``Sandbox.host_python``) the harness goes as :func:`bootstrap`, its code compiled once per host
+process and marshalled, instead of source every sandboxed interpreter compiles again; and the hash
+seed is passed to the backend (``run_python(hash_seed=...)``) so the interpreter starts with it
+instead of re-executing itself for it (docker: source, and the re-execution).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import marshal
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +39,24 @@ from curriculum.sandbox.base import ExecutionResult, Limits, Sandbox
 log = logging.getLogger(__name__)
 #: What runs in the sandbox: the evaluation code, then the fork server (its ``main`` runs).
 HARNESS_SOURCE = "\n".join(Path(__file__).with_name(name).read_text() for name in ("harness.py", "forkserver.py"))
+#: The longest ``-c`` program a backend takes (``backends.MAX_ARGV_CODE``).
+MAX_BOOTSTRAP_CHARS = 100_000
+
+
+@functools.cache
+def bootstrap() -> str:
+    """:data:`HARNESS_SOURCE` compiled here once per process (no inherited ``__future__`` flags;
+    ``optimize=2`` drops the docstrings, and the harness has no ``assert``), marshalled and wrapped
+    in a one-line program that loads and runs it: no compiler run in the sandbox, and nothing to
+    import for it (hex text and ``bytes.fromhex``, not a compression module, which costs a library
+    load per start). Only for the host's own interpreter: marshal data is specific to the Python
+    version. :data:`HARNESS_SOURCE` itself where the result is too long for a command-line argument
+    (a test checks it is not)."""
+    code = compile(HARNESS_SOURCE, "<string>", "exec", dont_inherit=True, optimize=2)
+    loader = f"import marshal;exec(marshal.loads(bytes.fromhex('{marshal.dumps(code).hex()}')))\n"
+    return loader if len(loader) <= MAX_BOOTSTRAP_CHARS else HARNESS_SOURCE
+
+
 #: The string-hash seed of grading and of validity's first (gold) run; the second run's is random.
 GRADING_HASH_SEED = 0
 PROGRAM_STATUSES = ("ok", "error", "timeout", "memory", "killed", "output_limit", "tampering")
@@ -111,7 +137,8 @@ class BatchRunner:
             "max_output_chars": self.max_output_chars,
             "stop_on_failure": self.stop_on_failure,
         }
-        result = self.sandbox.run_python(HARNESS_SOURCE, json.dumps(payload).encode(), self.limits)
+        code = bootstrap() if self.sandbox.host_python else HARNESS_SOURCE
+        result = self.sandbox.run_python(code, json.dumps(payload).encode(), self.limits, hash_seed=hash_seed)
         return result, _collect(result.stdout, {p.id for p in programs})
 
     def run(self, programs: list[Program], hash_seed: int | None = GRADING_HASH_SEED) -> list[ProgramResult]:

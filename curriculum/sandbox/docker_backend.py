@@ -71,6 +71,8 @@ class DockerSandbox:
 
     name = "docker"
     isolates_fs_and_network = True
+    #: the image's interpreter, not the host's (code compiled here may not load there)
+    host_python = False
 
     def __init__(self, limits: Limits | None = None, image: str = DEFAULT_IMAGE, client: Any = None) -> None:
         self.limits = limits or Limits()
@@ -88,8 +90,9 @@ class DockerSandbox:
         return ExecutionResult("error", "", "", None, 0.0, 0.0, reason, self.name, {"infra": True})
 
     def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
-                   site_packages: bool = False) -> ExecutionResult:
-        """``site_packages`` is ignored: the image decides what is installed."""
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
+        """``site_packages`` is ignored: the image decides what is installed. So is ``hash_seed``
+        (the container runs ``-I``): the batch fork server re-executes itself with it."""
         limits = limits or self.limits
         if max(len(code), len(stdin)) * 4 // 3 > MAX_ENV_PAYLOAD:
             return ExecutionResult("error", "", "", None, 0.0, 0.0,

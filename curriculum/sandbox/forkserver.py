@@ -5,8 +5,9 @@ Protocol. stdin carries one JSON object::
     {"programs": [{"id": str, "code": str, "func": "f", "inputs": [...], "order": [...]}, ...],
      "call_timeout_s": 1.0, "max_output_chars": 1000000, "stop_on_failure": true, "hash_seed": 0}
 
-``hash_seed`` (optional) fixes the string-hash seed (:func:`read_payload`), so set and dict orders
-of strings are the same in every run that uses it (validity's gold run and grading use 0).
+``hash_seed`` (optional) fixes the string-hash seed, so set and dict orders of strings are the same
+in every run that uses it (validity's gold run and grading use 0). The bubblewrap and rlimit
+backends start this interpreter with it; elsewhere (docker) :func:`read_payload` re-executes it.
 
 The parent (this process) has the standard library already imported, so the per-program cost is a
 ``fork``, not an interpreter start-up. For every program it:
@@ -37,7 +38,8 @@ the kernel's OOM killer picks the candidate, not this process, and an OOM kill w
 makes that program ``memory``.
 
 Program statuses sent to the host: ``ok``, ``error``, ``timeout``, ``killed``, ``memory``,
-``output_limit``, ``tampering``. The last line is ``{"kind": "done", "protections": {...}}``.
+``output_limit``, ``tampering``. The last line is ``{"kind": "done", "protections": {...},
+"reexecuted_for_hash_seed": bool}``.
 """
 
 import contextlib
@@ -56,7 +58,7 @@ else:
     Any = object
 
 with contextlib.suppress(ImportError):  # inside the sandbox harness.py's source is prepended instead
-    from curriculum.sandbox.harness import prepare, run_program
+    from curriculum.sandbox.harness import json_line, prepare, run_program
 
 #: Per-run sandbox uids start here (see ``curriculum.sandbox.backends.run_uid``); a process with
 #: such a uid owns nothing on the host but this run's files, so it may delete them.
@@ -166,19 +168,22 @@ def scrub_writable(since_ns: int = 0) -> None:
 def _child(prog: dict[str, Any], write_fd: int, settings: dict[str, Any]) -> None:
     """Runs in the forked child; never returns."""
     try:
-        null = os.open(os.devnull, os.O_RDWR)
-        for target in (0, 1, 2):
-            os.dup2(null, target)
+        for target in (0, 1, 2):  # the server's /dev/null: no open() per candidate
+            os.dup2(settings["null_fd"], target)
         os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, max(write_fd + 2, os.sysconf("SC_OPEN_MAX")))
+        os.closerange(write_fd + 1, max(write_fd + 2, settings["open_max"]))
         if settings["oom_fd"] is not None:  # under a cgroup limit the OOM killer picks candidates first
-            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as fh:
-                fh.write("1000")
+            with contextlib.suppress(OSError):
+                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+                try:
+                    os.write(fd, b"1000")
+                finally:
+                    os.close(fd)
 
         lines: list[str] = []
 
         def emit(record: dict[str, Any]) -> None:
-            lines.append(json.dumps(record) + "\n")
+            lines.append(json_line(record))
             if record["kind"] == "program":  # one write at the end: one wake-up for the parent
                 data = memoryview("".join(lines).encode())
                 while data:
@@ -341,9 +346,10 @@ OOM_FD_ENV = "PROPEL_OOM_FD"
 
 
 def read_payload() -> dict[str, Any]:
-    """The batch from stdin; when it asks for a ``hash_seed`` this interpreter does not have, the
-    payload is parked in the private working directory and the interpreter re-executes itself with
-    ``PYTHONHASHSEED`` set (``-s -P`` instead of ``-I``: the environment is already scrubbed)."""
+    """The batch from stdin; when it asks for a ``hash_seed`` this interpreter was not started with
+    (a backend that cannot pass it: docker), the payload is parked in the private working directory
+    and the interpreter re-executes itself with ``PYTHONHASHSEED`` set (``-s -P`` instead of
+    ``-I``: the environment is already scrubbed). The last record says whether that happened."""
     parked = os.environ.pop(PAYLOAD_ENV, None)
     if parked is not None:
         with open(parked, "rb") as fh:
@@ -376,7 +382,7 @@ def warm_up() -> None:
     """Run a trusted program through the evaluation code here, before any fork: the interpreter
     specialises that code once instead of in every child (fewer pages written per candidate)."""
     def encode(record: dict[str, Any]) -> None:
-        json.dumps(record)
+        json_line(record)
 
     for _ in range(8):
         run_program(dict(WARM_UP), 1.0, 10_000, encode, True)
@@ -384,10 +390,11 @@ def warm_up() -> None:
 
 
 def main() -> None:
+    reexecuted = PAYLOAD_ENV in os.environ  # read_payload removes it
     payload = read_payload()
     sys.stdin.close()
     result_fd = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
+    null = os.open(os.devnull, os.O_RDWR)  # also every child's stdin, stdout and stderr
     os.dup2(null, 1)
     protections = harden()
     for prog in payload["programs"]:
@@ -397,12 +404,13 @@ def main() -> None:
     gc.freeze()  # children do not copy-on-write pages just to scan the parent's objects
     oom_fd = os.environ.pop(OOM_FD_ENV, None)
     settings = {"oom_fd": int(oom_fd) if oom_fd and oom_fd.isdigit() else None,
+                "null_fd": null, "open_max": os.sysconf("SC_OPEN_MAX"),
                 "call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
                 "max_output_chars": int(payload.get("max_output_chars", 1_000_000)),
                 "stop_on_failure": bool(payload.get("stop_on_failure", True))}
 
     def emit(records: list[dict[str, Any]]) -> None:  # one write per program
-        data = memoryview("".join(json.dumps(record) + "\n" for record in records).encode())
+        data = memoryview("".join(json_line(record) for record in records).encode())
         while data:
             data = data[os.write(result_fd, data):]
 
@@ -410,7 +418,7 @@ def main() -> None:
         started_ns = time.time_ns()
         emit(run_isolated(prog, settings))
         scrub_writable(started_ns)
-    emit([{"kind": "done", "protections": protections}])
+    emit([{"kind": "done", "protections": protections, "reexecuted_for_hash_seed": reexecuted}])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from curriculum.sandbox import BatchRunner, Limits, Program, compare_runs, get_sandbox
-from curriculum.sandbox.harness import canonical_repr, parse_call_args
+from curriculum.sandbox.harness import canonical_repr, json_line, parse_call_args
 
 LIMITS = Limits(cpu_s=5, wall_s=8.0, memory_mb=512)
 
@@ -79,6 +79,29 @@ def test_canonical_repr_round_trips_plain_values(value: object) -> None:
     assert canonical_repr(value, 100_000) == text
     if not isinstance(value, frozenset):
         assert text == repr(value) or "frozenset" in text or "{" in text
+
+
+@given(st.dictionaries(st.text(max_size=6), st.none() | st.integers() | st.text() | st.booleans() | st.floats(),
+                       max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_json_line_is_json_dumps(record: dict[str, object]) -> None:
+    """The children's fast record formatter writes exactly what ``json.dumps`` would."""
+    import json
+
+    assert json_line(record) == json.dumps(record) + "\n"
+
+
+def test_the_precompiled_harness_fits_a_command_line_and_drops_only_docstrings() -> None:
+    """``bootstrap()`` compiles with ``optimize=2``, which would also drop ``assert`` statements."""
+    import ast
+
+    from curriculum.sandbox.backends import MAX_ARGV_CODE
+    from curriculum.sandbox.batch import HARNESS_SOURCE, bootstrap
+
+    assert bootstrap() != HARNESS_SOURCE and len(bootstrap()) <= MAX_ARGV_CODE
+    tree = ast.parse(HARNESS_SOURCE)
+    assert not any(isinstance(node, ast.Assert) for node in ast.walk(tree))
+    assert "__debug__" not in HARNESS_SOURCE and "__doc__" not in HARNESS_SOURCE
 
 
 def test_program_ids_must_be_distinct_and_orders_permutations(runner: BatchRunner) -> None:

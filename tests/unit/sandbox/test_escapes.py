@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
-from curriculum.sandbox.base import Sandbox
+from curriculum.sandbox.base import SCRUBBED_ENV, Sandbox
+from curriculum.sandbox.cgroup import OOM_FD_ENV
 from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
 from testkit.waiting import eventually
 
@@ -126,6 +130,39 @@ def test_environment_secrets_are_not_visible(backend: str, monkeypatch: pytest.M
     result = make(backend).run_python(code)
     assert result.status == "ok", result.log_view()
     assert "PROPEL_FAKE_SECRET" not in result.stdout
+    assert "hunter2" not in result.stdout
+
+
+def hash_with_seed_0(text: str) -> int:
+    out = subprocess.run([sys.executable, "-c", f"print(hash({text!r}))"], env={"PYTHONHASHSEED": "0"},
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+@pytest.mark.parametrize("site_packages", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hash_seed_start_sees_only_the_scrubbed_environment(backend: str, site_packages: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hash_seed`` starts Python with ``PYTHONHASHSEED`` and ``-s -P`` instead of ``-I`` (which
+    would ignore the seed): the seed holds, no other host variable arrives, and neither the user
+    site nor the working directory is on ``sys.path``."""
+    monkeypatch.setenv("PROPEL_FAKE_SECRET", "hunter2-fake-secret")
+    monkeypatch.setenv("PYTHONPATH", "/propel-fake-pythonpath")
+    code = ("import json, os, sys\n"
+            "flags = [sys.flags.no_user_site, sys.flags.safe_path, sys.flags.hash_randomization]\n"
+            "print(json.dumps({'env': dict(os.environ), 'path': sys.path, 'cwd': os.getcwd(), 'hash': hash('k'),\n"
+            "                  'flags': flags}))\n")
+    result = make(backend).run_python(code, site_packages=site_packages, hash_seed=0)
+    assert result.status == "ok", result.log_view()
+    seen = json.loads(result.stdout)
+    bwrap_pwd = {"PWD": "/tmp"} if backend == "bubblewrap" else {}  # set by bwrap's --chdir
+    assert set(seen["env"]) - {OOM_FD_ENV} == {*SCRUBBED_ENV, "PYTHONHASHSEED", *bwrap_pwd}
+    assert {k: v for k, v in seen["env"].items() if k not in ("HOME", "TMPDIR", OOM_FD_ENV)} == {
+        **{k: v for k, v in SCRUBBED_ENV.items() if k not in ("HOME", "TMPDIR")}, "PYTHONHASHSEED": "0", **bwrap_pwd}
+    assert seen["env"]["PYTHONHASHSEED"] == "0" and seen["hash"] == hash_with_seed_0("k")
+    assert seen["flags"] == [1, True, 0]  # -s, -P, the seed is fixed
+    assert "" not in seen["path"] and seen["cwd"] not in seen["path"] and os.getcwd() not in seen["path"]
+    assert not any("propel-fake" in p or "/.local/" in p for p in seen["path"])
     assert "hunter2" not in result.stdout
 
 

@@ -9,6 +9,7 @@ APIs are used, so the same tests ran against the old implementation.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import time
 import uuid
@@ -20,9 +21,10 @@ from hypothesis import strategies as st
 
 from curriculum.domains.azr import AzrDomain
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, RlimitSandbox
-from curriculum.sandbox.base import Sandbox
+from curriculum.sandbox.base import ExecutionResult, Sandbox
+from curriculum.sandbox.batch import HARNESS_SOURCE, bootstrap
 from curriculum.sandbox.cgroup import OOM_FD_ENV
-from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
+from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT, hash_with_seed_0
 
 LIMITS = Limits(cpu_s=5, wall_s=10.0, memory_mb=256, max_procs=8, file_size_mb=8, tmpfs_mb=16)
 NO_BWRAP = pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap: {BWRAP_REASON}")
@@ -89,6 +91,46 @@ def test_grading_runs_with_the_gold_runs_hash_seed(backend: str) -> None:
     runner = BatchRunner(make(backend), LIMITS, call_timeout_s=1.0)
     gold, _ = runner.run_twice([program])
     assert runner.run([program])[0].outputs == gold[0].outputs
+
+
+@pytest.mark.parametrize("seed_passed", [True, False])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_fork_server_runs_with_the_asked_hash_seed(backend: str, seed_passed: bool) -> None:
+    """The precompiled harness, as the batch runner sends it: started with the seed it runs at once;
+    started without (a backend that cannot pass it) it re-executes itself with it."""
+    payload = {"programs": [{"id": "a", "code": "def f(x):\n    return [hash('k'), x]", "inputs": ["1"]}],
+               "hash_seed": 0}
+    assert bootstrap() != HARNESS_SOURCE  # marshalled code, not source
+    result = make(backend).run_python(bootstrap(), json.dumps(payload).encode(), LIMITS,
+                                      hash_seed=0 if seed_passed else None)
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records[0]["output"] == f"[{hash_with_seed_0('k')}, 1]", result.log_view()
+    assert records[-1] == {"kind": "done", "protections": {"non_dumpable": True, "subreaper": True},
+                           "reexecuted_for_hash_seed": not seed_passed}
+
+
+class OtherInterpreter:
+    """A backend like docker's: its own interpreter (so it gets source) and no way to pass the seed."""
+
+    host_python = False
+
+    def __init__(self, inner: Sandbox) -> None:
+        self.inner, self.name, self.isolates_fs_and_network = inner, inner.name, inner.isolates_fs_and_network
+        self.sent: list[str] = []
+
+    def run_python(self, code: str, stdin: bytes = b"", limits: Limits | None = None,
+                   site_packages: bool = False, hash_seed: int | None = None) -> ExecutionResult:
+        self.sent.append(code)
+        return self.inner.run_python(code, stdin, limits, site_packages)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_with_its_own_interpreter_gets_source_and_the_seed_still_holds(backend: str) -> None:
+    sandbox = OtherInterpreter(make(backend))
+    program = Program("p", "def f(x):\n    return [hash(x), sorted({'alpha', 'beta', x})]", ("'k'",))
+    result = BatchRunner(sandbox, LIMITS, call_timeout_s=1.0).run([program])[0]
+    assert sandbox.sent == [HARNESS_SOURCE]
+    assert result.outputs == [f"[{hash_with_seed_0('k')}, ['alpha', 'beta', 'k']]"]
 
 
 def test_pure_functions_stay_valid_and_pure_gold_matches_grading(domain: AzrDomain) -> None:

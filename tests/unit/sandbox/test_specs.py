@@ -17,6 +17,7 @@ from curriculum.sandbox import (
     missing_protections,
     rlimit_argv,
 )
+from curriculum.sandbox.backends import python_env, python_runtime
 from curriculum.sandbox.base import SCRUBBED_ENV, truncate
 from curriculum.sandbox.cgroup import CgroupSupport
 from curriculum.sandbox.docker_backend import DockerSandbox, container_spec
@@ -197,6 +198,16 @@ def test_containment_names_what_each_backend_lacks() -> None:
     assert {p.name for p in containment("docker")} == {p.name for p in containment("bubblewrap")}
     with pytest.raises(ValueError):
         containment("chroot")
+
+
+def test_hash_seed_start_flags_and_environment() -> None:
+    assert python_runtime(False).flags == ("-I", "-S") and python_runtime(True).flags == ("-I",)
+    assert python_runtime(False, hash_seed=0).flags == ("-s", "-P", "-S")
+    assert python_runtime(True, hash_seed=7).flags == ("-s", "-P")
+    assert python_env(None) == SCRUBBED_ENV and python_env(5) == {**SCRUBBED_ENV, "PYTHONHASHSEED": "5"}
+    for bad in (-1, 2**32, True):
+        with pytest.raises(ValueError, match="hash_seed"):
+            python_env(bad)
 
 
 def test_docker_wrapper_runs_the_fork_server_with_a_fixed_hash_seed(tmp_path: Any) -> None:
