@@ -76,6 +76,7 @@ class DriverSettings:
     spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
     worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
     unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
+    sequential: bool = False  # spotcheck.sequential: a task is harvested once its stored trials settle its label
 
 
 @dataclass
@@ -342,7 +343,7 @@ class Driver:
         for t in pending:  # each task is harvested under the version it was dispatched against
             by_sid.setdefault(state.spotcheck_pending[t].solver_id or self.spot.solver_id, []).append(t)
         labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band).items()}
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, sequential=self.s.sequential).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
