@@ -20,6 +20,12 @@ from probes.band import Band
 log = logging.getLogger("propel.spot")
 
 
+def settle_for(settle: Band | None, k: int) -> Band | None:
+    """The band a dispatch of ``k`` attempts stops at: the run's (``spotcheck.sequential``) when it is a
+    dispatch of the band's ``k`` (the driver's); a dispatch of another ``k`` runs all of them."""
+    return settle if settle is not None and settle.k == k else None
+
+
 class InProcessSpotChecker:
     """Embedded mode: attempts happen now, in this process. ``solver_name`` (default: the backend's id)
     is the name trainers ack and announce the solver under."""
@@ -33,7 +39,7 @@ class InProcessSpotChecker:
 
     def dispatch(self, task_ids: Sequence[int], k: int, solver_id: str | None = None) -> None:
         res = run_spotcheck(self.store, self.domain, self.solver, task_ids, k, self.sampling,
-                            solver_id=solver_id or self.solver_id, settle=self.settle)
+                            solver_id=solver_id or self.solver_id, settle=settle_for(self.settle, k))
         self.trials_written += res.trials_written
 
 
@@ -51,6 +57,6 @@ class CelerySpotChecker:
 
         try:
             dispatch_spotchecks(task_ids, k, solver_id or self.solver_id, self.run_name, self.batch_size,
-                                settle=self.settle)
+                                settle=settle_for(self.settle, k))
         except (OperationalError, ConnectionError, OSError) as err:
             raise DispatchError(f"broker unreachable, {len(task_ids)} spot-checks deferred: {err}") from err
