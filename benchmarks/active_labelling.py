@@ -285,7 +285,7 @@ def plot(table: dict[str, Any], bayes_ba: float, path: Path) -> None:
     axes[0].axhline(bayes_ba, ls="-.", color="tab:blue", lw=1, label="Bayes ceiling (true p)")
     for ax, title in zip(axes, ("held-out balanced accuracy", "held-out ECE (10 bins)"), strict=True):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("solver trials (tasks × 8; dashed: attempts run with sequential labelling)")
+        ax.set_xlabel("solver trials (tasks × 8; dashed: attempts run, sequential)", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
