@@ -178,7 +178,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
-        spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches, sequential=sc.sequential,
+        spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
         frontier=frontier_settings(cfg))
 

@@ -270,11 +270,11 @@ def _spot_batch(c: PropelConfig) -> int:
         store.dispose()
 
 
-def _sequential(c: PropelConfig) -> tuple[bool, bool, bool]:
-    """The driver's harvest rule, the spot-checker's settle band (carried in every Celery message) and the
-    first probe's active labelling; the uniform corpus (engine) passes the field to ``label_corpus``."""
+def _sequential(c: PropelConfig) -> tuple[bool, bool]:
+    """The spot-checker's settle band (carried in every Celery message) and the first probe's active
+    labelling; the uniform corpus (engine) passes the field to ``label_corpus``."""
     from daemon.service.runtime import build_spot
-    from daemon.service.settings import active_settings, driver_settings
+    from daemon.service.settings import active_settings
 
     source = (ROOT / "daemon" / "service" / "engine.py").read_text()
     assert "sequential=self.cfg.spotcheck.sequential" in source
@@ -291,7 +291,7 @@ def _sequential(c: PropelConfig) -> tuple[bool, bool, bool]:
         settle = build_spot(c, store, _Engine()).settle  # type: ignore[arg-type, attr-defined]
     finally:
         store.dispose()
-    return driver_settings(c).sequential, settle is not None, active_settings(c).sequential
+    return settle is not None, active_settings(c).sequential
 
 
 def _extraction_batch(c: PropelConfig) -> Any:
