@@ -14,6 +14,15 @@ For each seed and budget ``B`` (tasks; trials = ``B × k``):
 * **active** — :func:`curriculum.active_labelling.label_actively` with budget ``B`` (its seed set is the
   first items of the same permutation).
 
+**Sequential labelling** (``spotcheck.sequential``): the pool is labelled a second time through
+:func:`curriculum.spotcheck.label_tasks` with ``sequential=True`` — each task's attempts stop once its label
+is settled (:meth:`probes.band.Band.settled`). The labels must be identical to the full-``k`` ones (the run
+fails otherwise); what changes is the attempts each task costs. Every corpus is therefore accounted twice:
+``trials`` (``tasks × k``) and ``trials_sequential`` (the attempts the sequential labeller actually ran for
+those tasks), and the goal is judged for four arms — uniform and active, each with and without sequential
+labelling — as the share of the uniform corpus's full-budget trials (``max budget × k``) an arm spends at the
+first budget where its mean balanced accuracy reaches the uniform corpus's full-budget mean.
+
 Each corpus trains one probe head the same way (:func:`probes.fit.fit_head`, MLP, downsampled classes,
 the daemon's split rule), scored on the held-out set: balanced accuracy, ECE, ROC AUC. The table also
 gives a ceiling: the classifier that knows each task's true in-band probability (from the synthetic
@@ -45,6 +54,7 @@ from benchmarks.toy_propel import SPEC_A as SPEC
 from curriculum.active_labelling import head_fitter, label_actively
 from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.domains.arith import ArithDomain
+from curriculum.domains.base import Task
 from curriculum.first_probe import distinct_valid_tasks
 from curriculum.rl.sampling import sample_completions
 from curriculum.solvers.base import Sampling
@@ -87,6 +97,7 @@ class Data:
     x_held: np.ndarray
     y_held: np.ndarray
     bayes: dict[str, float]
+    pool_attempts: np.ndarray  # attempts the sequential labeller ran per pool task (≤ k)
 
 
 def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable[[str], None]) -> Data:
@@ -99,6 +110,7 @@ def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable
     tasks = distinct_valid_tasks(domain, texts)
     tasks = [tasks[i] for i in np.random.default_rng(12345).permutation(len(tasks))]
     labels = label_tasks(domain, benchmark_solver(), tasks, BAND, Sampling(seed=1))
+    attempts = sequential_attempts(domain, tasks, labels)
     x = FeatureExtractor(FrozenReference.load(str(boot.path))).extract(
         [domain.reference_text(t) for t in tasks], [SPEC])[SPEC]
     usable = [i for i, lab in enumerate(labels) if lab.in_band is not None]
@@ -113,15 +125,30 @@ def build_data(settings: Settings, data_dir: Path, boot_seed: int, say: Callable
     say(f"bootstrap {boot_seed}: validity {boot.validity:.1%}, {len(tasks)} distinct valid tasks of "
         f"{settings.samples}; held-out {len(held)} ({y_held.mean():.1%} in band), pool {len(pool)}; "
         f"Bayes BA {bayes['balanced_accuracy']:.3f}")
+    say(f"bootstrap {boot_seed}: sequential labelling gives the same {len(tasks)} labels with "
+        f"{attempts.mean():.2f} of {BAND.k} attempts per task")
     return Data(boot_seed, boot.validity, x[pool], [labels[i] for i in pool], x[held], y_held,
-                {k: float(v) for k, v in bayes.items() if v is not None})
+                {k: float(v) for k, v in bayes.items() if v is not None}, attempts[pool])
+
+
+def sequential_attempts(domain: ArithDomain, tasks: list[Task], full: list[LabelValue]) -> np.ndarray:
+    """Label ``tasks`` again with the product's sequential labeller (same solver and sampling as ``full``);
+    raises when any label (side, in band) differs from the full-``k`` one. Returns attempts per task."""
+    seq = label_tasks(domain, benchmark_solver(), tasks, BAND, Sampling(seed=1), sequential=True)
+    differ = [i for i, (a, b) in enumerate(zip(full, seq, strict=True))
+              if a.in_band != b.in_band or a.side(BAND) != b.side(BAND)]
+    if differ:
+        raise AssertionError(f"sequential labels differ from full-k labels on {len(differ)} tasks, e.g. "
+                             f"{tasks[differ[0]].text!r}: {full[differ[0]]} vs {seq[differ[0]]}")
+    return np.array([BAND.k if lab.attempts is None else lab.attempts for lab in seq], dtype=int)
 
 
 def score_corpus(data: Data, rows: list[int], seed: int, hidden_dim: int) -> dict[str, Any]:
     """Fit one probe on the corpus ``rows`` (pool indices), score it on the held-out set."""
     use = [i for i in rows if data.pool_labels[i].in_band is not None]
     y = np.array([int(bool(data.pool_labels[i].in_band)) for i in use])
-    out: dict[str, Any] = {"tasks": len(rows), "trials": len(rows) * BAND.k, "usable": len(use),
+    out: dict[str, Any] = {"tasks": len(rows), "trials": len(rows) * BAND.k,
+                           "trials_sequential": int(data.pool_attempts[rows].sum()), "usable": len(use),
                            "positives": int(y.sum())}
     if len(set(y.tolist())) < 2:  # no probe can be fitted: a constant predictor at the corpus's rate
         prob = np.full(data.y_held.size, float(y.mean()) if y.size else 0.0)
@@ -165,7 +192,7 @@ def aggregate(runs: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
         for b, budget in enumerate(settings.budgets):
             cells = [r["arms"][arm][b] for r in runs]
             row: dict[str, Any] = {"tasks": budget, "trials": budget * BAND.k}
-            for key in ("balanced_accuracy", "ece", "roc_auc", "positives"):
+            for key in ("balanced_accuracy", "ece", "roc_auc", "positives", "trials_sequential"):
                 row[key] = _stats([c[key] for c in cells])
             row["balanced_accuracy_by_bootstrap"] = {
                 str(boot): float(np.mean([r["arms"][arm][b]["balanced_accuracy"] for r in runs
@@ -197,6 +224,44 @@ def goals(table: dict[str, Any], runs: list[dict[str, Any]], settings: Settings)
     return out
 
 
+#: The four accountings of the goal: (arm, its trials with sequential labelling?).
+VARIANTS: dict[str, tuple[str, bool]] = {"uniform": ("uniform", False), "uniform+sequential": ("uniform", True),
+                                         "active": ("active", False), "active+sequential": ("active", True)}
+
+
+def trial_shares(runs: list[dict[str, Any]], settings: Settings, bootstrap: int | None = None) -> dict[str, Any]:
+    """Per variant: the first budget whose mean BA (over the runs, or one bootstrap's) reaches the uniform
+    corpus's full-budget mean BA, the mean trials spent there and their share of the uniform corpus's
+    full-budget trials (``max budget × k``); ``met`` against the issue's 40 %."""
+    pick = [r for r in runs if bootstrap is None or r["bootstrap"] == bootstrap]
+
+    def mean(arm: str, b: int, key: str) -> float:
+        return float(np.mean([r["arms"][arm][b][key] for r in pick]))
+
+    last = len(settings.budgets) - 1
+    target, full = mean("uniform", last, "balanced_accuracy"), settings.budgets[-1] * BAND.k
+    out: dict[str, Any] = {"uniform_full_budget_ba": target, "uniform_full_budget_trials": full}
+    for name, (arm, sequential) in VARIANTS.items():
+        b = next((b for b in range(len(settings.budgets)) if mean(arm, b, "balanced_accuracy") >= target), None)
+        trials = None if b is None else mean(arm, b, "trials_sequential" if sequential else "trials")
+        share = None if trials is None else trials / full
+        out[name] = {"tasks": None if b is None else settings.budgets[b], "trials": trials, "trial_share": share,
+                     "met": bool(share is not None and share <= GOAL_TRIAL_SHARE)}
+    return out
+
+
+def sequential_summary(runs: list[dict[str, Any]], settings: Settings, datasets: list[dict[str, Any]]
+                       ) -> dict[str, Any]:
+    """Mean attempts per task under sequential labelling: over each pool, and per arm and budget."""
+    per_arm = {arm: [float(np.mean([r["arms"][arm][b]["trials_sequential"] / budget for r in runs]))
+                     for b, budget in enumerate(settings.budgets)] for arm in ARMS}
+    return {"k": BAND.k, "pool_attempts_per_task": {str(d["bootstrap"]): d["sequential_attempts_per_task"]
+                                                    for d in datasets},
+            "attempts_per_task_by_budget": per_arm,
+            "goal": trial_shares(runs, settings),
+            "goal_per_bootstrap": {str(b): trial_shares(runs, settings, b) for b in settings.bootstraps}}
+
+
 def plot(table: dict[str, Any], bayes_ba: float, path: Path) -> None:
     """Balanced accuracy and ECE against solver trials, both arms, error bars = std over runs."""
     import matplotlib
@@ -211,6 +276,8 @@ def plot(table: dict[str, Any], bayes_ba: float, path: Path) -> None:
         for ax, key in zip(axes, ("balanced_accuracy", "ece"), strict=True):
             ax.errorbar(trials, [r[key]["mean"] for r in rows], yerr=[r[key]["std"] for r in rows], marker="o",
                         capsize=3, color=color, label=arm)
+            ax.plot([r["trials_sequential"]["mean"] for r in rows], [r[key]["mean"] for r in rows], marker="x",
+                    ls="--", color=color, label=f"{arm} + sequential (attempts run)")
     full = table["uniform"][-1]
     axes[0].axhline(full["balanced_accuracy"]["mean"], ls=":", color="tab:gray", lw=1,
                     label="uniform, full budget")
@@ -218,7 +285,7 @@ def plot(table: dict[str, Any], bayes_ba: float, path: Path) -> None:
     axes[0].axhline(bayes_ba, ls="-.", color="tab:blue", lw=1, label="Bayes ceiling (true p)")
     for ax, title in zip(axes, ("held-out balanced accuracy", "held-out ECE (10 bins)"), strict=True):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("solver trials (tasks × 8)")
+        ax.set_xlabel("solver trials (tasks × 8; dashed: attempts run, sequential)", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -242,13 +309,18 @@ def markdown(table: dict[str, Any], meta: dict[str, Any]) -> str:
              for u, a in zip(table["uniform"], table["active"], strict=True)]
     g = meta["goals"]
     per_boot = ", ".join(f"bootstrap {b}: {_share_text(v)}" for b, v in g["per_bootstrap"].items())
+    seq = meta["sequential"]
+    variants = "; ".join(f"{name} {_share_text(seq['goal'][name], 'trial_share')}" for name in VARIANTS)
+    per_task = ", ".join(f"{a:.2f}" for a in seq["pool_attempts_per_task"].values())
     return head + "\n".join(lines) + (
         f"\n\nGoal: active reaches the uniform full-budget BA ({g['uniform_full_budget_ba']:.3f}) with "
-        f"{_share_text(g)} of its solver trials (goal ≤ 40 %: {g['met']}); {per_boot}.\n")
+        f"{_share_text(g)} of its solver trials (goal ≤ 40 %: {g['met']}); {per_boot}.\n"
+        f"With sequential labelling (same labels; {per_task} of {seq['k']} attempts per pool task, per bootstrap), "
+        f"share of the uniform corpus's full-budget trials each arm spends to reach its BA: {variants}.\n")
 
 
-def _share_text(goal: dict[str, Any]) -> str:
-    share = goal["active_trial_share"]
+def _share_text(goal: dict[str, Any], key: str = "active_trial_share") -> str:
+    share = goal[key]
     return "not reached" if share is None else f"{share:.0%}"
 
 
@@ -263,7 +335,7 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
         datasets.append({"bootstrap": boot, "validity": data.validity, "pool": len(data.pool_labels),
                          "heldout": int(data.y_held.size), "heldout_in_band": float(data.y_held.mean()),
                          "pool_in_band": float(np.mean([bool(lab.in_band) for lab in data.pool_labels])),
-                         "bayes": data.bayes})
+                         "bayes": data.bayes, "sequential_attempts_per_task": float(data.pool_attempts.mean())})
         for seed in range(settings.seeds):
             arms = run_seed(data, settings, seed)
             runs.append({"bootstrap": boot, "seed": seed, "arms": arms})
@@ -275,6 +347,7 @@ def run(settings: Settings, data_dir: Path, name: str) -> dict[str, Any]:
             "band": asdict(BAND), "feature": SPEC.name, "datasets": datasets, "bayes_ceiling_ba": bayes_ba,
             "total_wall_s": time.perf_counter() - started}
     meta["goals"] = goals(table, runs, settings)
+    meta["sequential"] = sequential_summary(runs, settings, datasets)
     data_out = {**meta, "arms": list(ARMS), "table": table, "runs": runs}
     write_result(name, data_out)
     plot(table, bayes_ba, RESULTS / f"{name}.png")

@@ -4,8 +4,10 @@ One definition shared by the daemon (:class:`daemon.service.engine.PropelEngine`
 primary probes with it) and the toy benchmark (``benchmarks/toy_propel.py`` builds its probes with
 it, then runs the daemon's engine and driver on them): validate the generator's completions and drop
 duplicates (:func:`distinct_valid_tasks`: one task labelled once), run ``band.k`` solver attempts per task
-(:func:`curriculum.spotcheck.label_tasks`: offline solver trials), keep the tasks whose label is
-usable (enough valid trials), and refuse a corpus with one class only.
+(:func:`curriculum.spotcheck.label_tasks`: offline solver trials; with ``sequential``, a task's attempts
+stop once its label is settled — same labels, fewer trials), keep the tasks whose label is usable
+(enough valid trials), and refuse a corpus with one class only. ``solver_trials`` counts the attempts
+actually run.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class LabelledCorpus:
     tasks: list[Task]
     texts: list[str]
     labels: list[LabelValue]
-    solver_trials: int  # every attempt spent, unusable labels included
+    solver_trials: int  # every attempt actually run, unusable labels included
 
     @property
     def y(self) -> np.ndarray:
@@ -63,12 +65,17 @@ def distinct_valid_tasks(domain: Domain, completions: Sequence[str]) -> list[Tas
 
 
 def label_corpus(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band, sampling: Sampling,
-                 progress: Callable[[int], None] | None = None) -> LabelledCorpus:
-    """Label ``tasks`` (``band.k`` attempts each) and keep the usable labels; raises
-    :class:`OneClassCorpus` when one class is missing. ``progress(n)`` after each solver chunk."""
-    labels = label_tasks(domain, solver, tasks, band, sampling, progress=progress)
+                 progress: Callable[[int], None] | None = None, sequential: bool = False) -> LabelledCorpus:
+    """Label ``tasks`` (``band.k`` attempts each; fewer with ``sequential``) and keep the usable labels;
+    raises :class:`OneClassCorpus` when one class is missing. ``progress(n)`` after each solver chunk."""
+    labels = label_tasks(domain, solver, tasks, band, sampling, progress=progress, sequential=sequential)
     keep = [i for i, lab in enumerate(labels) if lab.in_band is not None]
-    return _corpus(domain, [tasks[i] for i in keep], [labels[i] for i in keep], len(tasks) * band.k)
+    return _corpus(domain, [tasks[i] for i in keep], [labels[i] for i in keep], attempts_run(labels, band))
+
+
+def attempts_run(labels: Sequence[LabelValue], band: Band) -> int:
+    """The solver attempts behind ``labels`` (``band.k`` for a label that does not say)."""
+    return sum(band.k if lab.attempts is None else lab.attempts for lab in labels)
 
 
 def label_corpus_actively(domain: Domain, solver: SolverBackend, pool: Sequence[Task], features: np.ndarray,
@@ -78,20 +85,22 @@ def label_corpus_actively(domain: Domain, solver: SolverBackend, pool: Sequence[
     (a random seed set, then the tasks the probe ensemble is least sure of); ``features`` are the pool's
     probe features, row for row. Returns the corpus and its feature rows."""
     def label(indices: list[int]) -> list[LabelValue]:
-        return label_tasks(domain, solver, [pool[i] for i in indices], band, sampling)
+        return label_tasks(domain, solver, [pool[i] for i in indices], band, sampling, sequential=settings.sequential)
 
     result = label_actively(features, label, budget=settings.budget, seed_share=settings.seed_share,
                             rounds=settings.rounds, members=settings.members, fit=head_fitter(settings.arch),
                             seed=settings.seed, progress=say)
     rows = [n for n, lab in enumerate(result.labels) if lab.in_band is not None]
     idx = [result.indices[n] for n in rows]
-    corpus = _corpus(domain, [pool[i] for i in idx], [result.labels[n] for n in rows], len(result.indices) * band.k)
+    corpus = _corpus(domain, [pool[i] for i in idx], [result.labels[n] for n in rows],
+                     attempts_run(result.labels, band))
     return corpus, features[np.array(idx, dtype=int)]
 
 
 @dataclass(frozen=True)
 class ActiveSettings:
-    """``probes.corpus_labelling = "active"``: tasks to label, seed share, rounds, ensemble members."""
+    """``probes.corpus_labelling = "active"``: tasks to label, seed share, rounds, ensemble members;
+    ``sequential``: each task's attempts stop once its label is settled (``spotcheck.sequential``)."""
 
     budget: int
     seed_share: float = 0.5
@@ -99,6 +108,7 @@ class ActiveSettings:
     members: int = 3
     arch: str = "mlp"
     seed: int = 0
+    sequential: bool = False
 
 
 def _corpus(domain: Domain, tasks: list[Task], labels: list[LabelValue], trials: int) -> LabelledCorpus:

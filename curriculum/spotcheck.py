@@ -5,6 +5,13 @@ Plain functions. The Celery task in ``workers/`` is a thin wrapper around :func:
 and the embedded mode calls it in-process. Writes are idempotent: a trial is unique on
 ``(task, solver, attempt)``, and a re-run (a redelivered Celery message, a restarted daemon) only
 attempts what is missing.
+
+Sequential labelling (``spotcheck.sequential``; :func:`label_tasks` with ``sequential=True``,
+:func:`run_spotcheck` with ``settle=band``): a task's attempts run one at a time and stop once its label is
+settled (:meth:`probes.band.Band.settled`: no outcome of the remaining attempts can change it). The label is
+the one all ``k`` attempts would give for the same outcomes; only the attempts actually run are stored and
+counted. It needs a backend that runs single attempts (:func:`curriculum.solvers.base.attempt_runner`);
+a backend that samples ``k`` in one request runs all ``k``.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -20,7 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from curriculum.domains.base import Domain, Task
-from curriculum.solvers.base import Completion, Sampling, SolverBackend
+from curriculum.solvers.base import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
 from curriculum.store import repo, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
@@ -32,6 +39,7 @@ class LabelValue:
     solved: int
     valid_trials: int
     in_band: bool | None  # None: fewer valid trials than the band requires
+    attempts: int | None = None  # solver attempts run for it (nulls included; < k when settled early)
 
     def side(self, band: Band) -> str | None:
         """``too_hard`` below the band, ``too_easy`` above it, ``None`` inside or unlabelled."""
@@ -39,11 +47,21 @@ class LabelValue:
         return side.value if side in (Side.TOO_EASY, Side.TOO_HARD) else None
 
 
+def _counts(outcomes: Sequence[str]) -> tuple[int, int]:
+    return sum(1 for o in outcomes if o == "pass"), sum(1 for o in outcomes if o in ("pass", "fail"))
+
+
 def compute_label(outcomes: Sequence[str], band: Band) -> LabelValue:
     """Label from trial outcomes (``pass``/``fail``/``null``); ``null`` trials are excluded."""
-    solved = sum(1 for o in outcomes if o == "pass")
-    valid = sum(1 for o in outcomes if o in ("pass", "fail"))
-    return LabelValue(solved, valid, band.in_band(solved, valid))
+    solved, valid = _counts(outcomes)
+    return LabelValue(solved, valid, band.in_band(solved, valid), attempts=len(outcomes))
+
+
+def settled(outcomes: Sequence[str], band: Band) -> bool:
+    """Whether the outcomes so far (at most ``band.k``) fix the task's label whatever the remaining
+    attempts give (:meth:`probes.band.Band.settled`); then :func:`compute_label` of them is that label."""
+    solved, valid = _counts(outcomes)
+    return band.settled(solved, valid, len(outcomes)) is not None
 
 
 def grade_outcome(domain: Domain, task: Task, answer: str | None) -> str:
@@ -66,19 +84,39 @@ def bind_tasks(solver: SolverBackend, domain: Domain, tasks: Sequence[Task]) -> 
 
 def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], band: Band,
                 sampling: Sampling, progress: Callable[[int], None] | None = None,
-                chunk: int = 64) -> list[LabelValue]:
+                chunk: int = 64, sequential: bool = False) -> list[LabelValue]:
     """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored).
 
-    Tasks go to the solver ``chunk`` at a time; ``progress(n)`` is called after each chunk."""
+    ``sequential`` (and a backend that runs single attempts, :func:`~curriculum.solvers.base.attempt_runner`):
+    attempts run one at a time per task, and a task stops once its label is settled — the same labels,
+    fewer attempts (``LabelValue.attempts``). Tasks go to the solver ``chunk`` at a time; ``progress(n)``
+    is called after each chunk."""
+    runner = attempt_runner(solver) if sequential else None
     out: list[LabelValue] = []
     for start in range(0, len(tasks), max(1, chunk)):
         part = tasks[start:start + max(1, chunk)]
-        answers = solver.generate(bind_tasks(solver, domain, part), band.k, sampling)
-        out += [compute_label([grade_outcome(domain, t, c.text) for c in row], band)
-                for t, row in zip(part, answers, strict=True)]
+        prompts = bind_tasks(solver, domain, part)
+        if runner is None:
+            answers = solver.generate(prompts, band.k, sampling)
+            outcomes = [[grade_outcome(domain, t, c.text) for c in row] for t, row in zip(part, answers, strict=True)]
+        else:
+            outcomes = [[] for _ in part]
+            for open_, comps in _rounds(runner, prompts, outcomes, band, sampling):
+                for i, comp in zip(open_, comps, strict=True):
+                    outcomes[i].append(grade_outcome(domain, part[i], comp.text))
+        out += [compute_label(o, band) for o in outcomes]
         if progress is not None:
             progress(len(part))
     return out
+
+
+def _rounds(runner: AttemptRunner, prompts: Sequence[str], outcomes: Sequence[Sequence[str]], band: Band,
+            sampling: Sampling) -> Iterator[tuple[list[int], list[Completion]]]:
+    """Sequential labelling's rounds: each task whose label ``outcomes[i]`` has not settled gets its next
+    attempt (index ``len(outcomes[i])``); yields (task positions, their completions). The caller appends
+    each graded outcome before asking for the next round; a task stops at ``band.k`` attempts at the latest."""
+    while open_ := [i for i, o in enumerate(outcomes) if not settled(o, band)]:
+        yield open_, runner([prompts[i] for i in open_], [len(outcomes[i]) for i in open_], sampling)
 
 
 def false_positives(items: Sequence[tuple[int, bool, float, LabelValue]], threshold: float,
@@ -118,21 +156,23 @@ class SpotCheckResult:
     trials_written: int
     null_trials: int
     elapsed_s: float
+    settled_early: int = 0  # tasks whose label settled before k attempts (sequential labelling)
 
 
-def _missing_attempts(store: Store, task_ids: Sequence[int], solver_id: str, k: int
-                      ) -> tuple[dict[int, Task], dict[int, list[int]]]:
+def _stored(store: Store, task_ids: Sequence[int], solver_id: str, k: int
+            ) -> tuple[dict[int, Task], dict[int, dict[int, str]]]:
+    """The tasks and, per task, the outcomes of its stored attempts ``0…k−1`` by the solver."""
     with store.session() as s:
         rows = s.execute(select(TaskRow.id, TaskRow.domain, TaskRow.text, TaskRow.payload)
                          .where(TaskRow.id.in_(list(task_ids)))).all()
-        done = s.execute(select(SolverTrial.task_id, SolverTrial.attempt).where(
-            SolverTrial.task_id.in_(list(task_ids)), SolverTrial.solver_id == solver_id)).all()
+        done = s.execute(select(SolverTrial.task_id, SolverTrial.attempt, SolverTrial.outcome).where(
+            SolverTrial.task_id.in_(list(task_ids)), SolverTrial.solver_id == solver_id,
+            SolverTrial.attempt < k)).all()
     tasks = {r.id: Task(domain=r.domain, text=r.text, payload=dict(r.payload)) for r in rows}
-    have: dict[int, set[int]] = defaultdict(set)
-    for tid, attempt in done:
-        have[tid].add(attempt)
-    missing = {t: [a for a in range(k) if a not in have[t]] for t in tasks}
-    return tasks, {t: m for t, m in missing.items() if m}
+    have: dict[int, dict[int, str]] = {t: {} for t in tasks}
+    for tid, attempt, outcome in done:
+        have[tid][attempt] = outcome
+    return tasks, have
 
 
 def _trial(domain: Domain, task: Task, task_id: int, solver_id: str, attempt: int,
@@ -158,38 +198,83 @@ def _trajectories(sess: Session, solver_id: str, done: Sequence[tuple[int, int, 
 
 
 def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids: Sequence[int], k: int,
-                  sampling: Sampling, solver_id: str | None = None) -> SpotCheckResult:
+                  sampling: Sampling, solver_id: str | None = None, settle: Band | None = None) -> SpotCheckResult:
     """Attempt each task until it has ``k`` trials by ``solver``; store graded trials idempotently.
 
     ``solver_id`` is the qualified id (``name@version``, :mod:`curriculum.solver_versions`) the
     trials are recorded under — the version the solver's endpoint serves now; default: the backend's id.
+    ``settle`` (sequential labelling, ``spotcheck.sequential``; ``settle.k`` must be ``k``): attempt a
+    task one trial at a time, storing each round, and stop once its stored trials settle its label under
+    that band — when the backend can run single attempts (:func:`~curriculum.solvers.base.attempt_runner`);
+    a batched backend runs all ``k`` as without it.
     """
     start = time.perf_counter()
     sid = solver_id or solver.solver_id
     serve = getattr(solver, "serve_version", None)  # an instrument that can act as any version (synthetic)
     if serve is not None:
         serve(sid.rpartition("@")[2] if "@" in sid else "")
-    tasks, missing = _missing_attempts(store, task_ids, sid, k)
-    by_count: dict[int, list[int]] = defaultdict(list)
-    for tid, attempts in missing.items():
-        by_count[len(attempts)].append(tid)
-    written = nulls = 0
-    for n, tids in sorted(by_count.items()):
-        comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
-        trials = [_trial(domain, tasks[t], t, sid, attempt, comp)
-                  for t, row in zip(tids, comps, strict=True)
-                  for attempt, comp in zip(missing[t], row, strict=True)]
-        nulls += sum(1 for tr in trials if tr.outcome == "null")
-        with store.session() as s:
-            written += repo.add_trials(s, trials)
-            _trajectories(s, sid, [(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
-                                   for attempt, comp in zip(missing[t], row, strict=True)])
-    return SpotCheckResult(len(tasks), written, nulls, time.perf_counter() - start)
+    if settle is not None and settle.k != k:
+        raise ValueError(f"settle band has k={settle.k}, the spot-check asks for k={k}")
+    tasks, have = _stored(store, task_ids, sid, k)
+    runner = attempt_runner(solver) if settle is not None else None
+    write = _TrialWriter(store, domain, tasks, sid)
+    if runner is not None and settle is not None:
+        early = _sequential(solver, runner, tasks, have, settle, sampling, write)
+    else:
+        early = 0
+        missing = {t: [a for a in range(k) if a not in done] for t, done in have.items()}
+        by_count: dict[int, list[int]] = defaultdict(list)
+        for tid, attempts in missing.items():
+            if attempts:
+                by_count[len(attempts)].append(tid)
+        for n, tids in sorted(by_count.items()):
+            comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
+            write([(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
+                   for attempt, comp in zip(missing[t], row, strict=True)])
+    return SpotCheckResult(len(tasks), write.written, write.nulls, time.perf_counter() - start, early)
+
+
+@dataclass
+class _TrialWriter:
+    """Grades completions into trials and stores them (with agent turns) in one transaction per call."""
+
+    store: Store
+    domain: Domain
+    tasks: dict[int, Task]
+    solver_id: str
+    written: int = 0
+    nulls: int = 0
+
+    def __call__(self, done: Sequence[tuple[int, int, Completion]]) -> list[repo.NewTrial]:
+        trials = [_trial(self.domain, self.tasks[t], t, self.solver_id, attempt, comp) for t, attempt, comp in done]
+        self.nulls += sum(1 for tr in trials if tr.outcome == "null")
+        with self.store.session() as s:
+            self.written += repo.add_trials(s, trials)
+            _trajectories(s, self.solver_id, done)
+        return trials
+
+
+def _sequential(solver: SolverBackend, runner: AttemptRunner, tasks: dict[int, Task], have: dict[int, dict[int, str]],
+                band: Band, sampling: Sampling, write: _TrialWriter) -> int:
+    """Rounds of one attempt per unsettled task (its lowest missing attempt index), each round stored
+    before the next, so a redelivered message resumes where the last one stopped. Returns the tasks
+    settled before ``band.k`` attempts."""
+    tids = sorted(tasks)
+    prompts = dict(zip(tids, bind_tasks(solver, write.domain, [tasks[t] for t in tids]), strict=True))
+    while open_ := [t for t in tids if not settled(list(have[t].values()), band)]:
+        attempts = [min(a for a in range(band.k) if a not in have[t]) for t in open_]
+        comps = runner([prompts[t] for t in open_], attempts, sampling)
+        for trial in write(list(zip(open_, attempts, comps, strict=True))):
+            have[trial.task_id][trial.attempt] = trial.outcome
+    return sum(1 for t in tids if len(have[t]) < band.k)
 
 
 def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: Band,
-                   source: str = "spotcheck") -> dict[int, LabelValue]:
-    """Label every task that has all ``k`` trials stored; tasks still in flight are left out."""
+                   source: str = "spotcheck", sequential: bool = False) -> dict[int, LabelValue]:
+    """Label every task that has all ``k`` trials stored — with ``sequential``, every task whose stored
+    trials settle its label (:func:`settled`; all ``k`` always do); tasks still in flight are left out.
+
+    The stored row's ``k`` is the attempts behind it (``band.k``, or fewer for a label settled early)."""
     with store.session() as s:
         rows = s.execute(select(SolverTrial.task_id, SolverTrial.outcome).where(
             SolverTrial.task_id.in_(list(task_ids)), SolverTrial.solver_id == solver_id,
@@ -197,10 +282,11 @@ def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: 
     outcomes: dict[int, list[str]] = defaultdict(list)
     for tid, outcome in rows:
         outcomes[tid].append(outcome)
-    labels = {t: compute_label(o, band) for t, o in outcomes.items() if len(o) >= band.k}
+    labels = {t: compute_label(o, band) for t, o in outcomes.items()
+              if len(o) >= band.k or (sequential and settled(o, band))}
     with store.session() as s:
         for tid, lab in labels.items():
-            repo.upsert_label(s, tid, solver_id, source, k=band.k, solved=lab.solved,
+            repo.upsert_label(s, tid, solver_id, source, k=lab.attempts or band.k, solved=lab.solved,
                               valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band)
     return labels
 

@@ -6,6 +6,11 @@ errors) are not failures: they are left out of ``valid``. With every attempt val
 ``lo ≤ solved ≤ hi``; with some null attempts the realised rate is compared with the band's rate
 range, as in the PROPEL paper (Appendix 14.2; SWE: 1 solved of 2 valid out of 3 is in the 1–2 band).
 Fewer than ``min_valid_trials`` valid attempts give no label at all (``insufficient``).
+
+A label is often *settled* before all ``k`` attempts have run (:meth:`Band.settled`): with band 1–3 of
+8, four solved of the first four is too easy whatever follows; with the SWE band 1–2 of 3 (at least 2
+valid), one solved and one failed is in band. Sequential labelling (:func:`curriculum.spotcheck.label_tasks`,
+:func:`curriculum.spotcheck.run_spotcheck`) stops attempting a task there: same label, fewer attempts.
 """
 
 from __future__ import annotations
@@ -62,6 +67,28 @@ class Band:
         if solved * self.k > self.hi * valid:
             return Side.TOO_EASY
         return Side.IN_BAND
+
+    def settled(self, solved: int, valid: int, attempted: int) -> Side | None:
+        """The final side when no outcome of the ``k − attempted`` attempts still to run can change it,
+        else ``None``. ``solved ≤ valid ≤ attempted ≤ k`` count the attempts run so far (``attempted −
+        valid`` of them null).
+
+        Nulls already seen do not matter (they are out of ``valid`` for good); each remaining attempt may
+        pass, fail or be null. Once ``valid ≥ min_valid_trials`` every completion is labelled and its rate
+        lies between ``solved / (valid + r)`` (all fail) and ``(solved + r) / (valid + r)`` (all pass);
+        each side is an interval of rates, so the label is settled exactly when those two agree. Below
+        ``min_valid_trials`` the all-null completion is insufficient: settled only if the others are too.
+        A settled side always equals :meth:`side` of the counts so far.
+        """
+        if not 0 <= solved <= valid <= attempted <= self.k:
+            raise ValueError(f"need 0 ≤ solved={solved} ≤ valid={valid} ≤ attempted={attempted} ≤ k={self.k}")
+        remaining = self.k - attempted
+        if valid + remaining < self.min_valid_trials:
+            return Side.INSUFFICIENT  # even all-valid remaining attempts leave too few
+        if valid < self.min_valid_trials:
+            return None  # all-null remaining attempts: insufficient; all-valid: a verdict
+        low, high = self.side(solved, valid + remaining), self.side(solved + remaining, valid + remaining)
+        return low if low is high else None
 
     def in_band(self, solved: int, valid: int) -> bool | None:
         """``True``/``False``, or ``None`` when there are too few valid attempts to say."""

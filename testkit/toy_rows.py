@@ -91,7 +91,10 @@ def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: i
                    **(probes or {})},
         "solver": {"backend": "synthetic"},
         "spotcheck": {"k": BAND.k, "band_lo": BAND.lo, "band_hi": BAND.hi, "min_valid_trials": BAND.min_valid_trials,
-                      "budget_per_cycle": settings.spot_budget, "budget_per_hour": max(512, settings.spot_budget)},
+                      "budget_per_cycle": settings.spot_budget, "budget_per_hour": max(512, settings.spot_budget),
+                      # all k trials, as the uniform corpus (label_corpus) and the published toy table count
+                      # them; sequential labelling's saving is measured in benchmarks/active_labelling.py
+                      "sequential": False},
         "rl": {"steps_per_chunk": chunk, "num_generations": settings.group, "batch_size": settings.batch,
                "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0, **(rl or {})},
         "daemon": {"sample_size": settings.spot_n, "serve_api": False},

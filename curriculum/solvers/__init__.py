@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from curriculum.solvers.base import Completion, Sampling, SolverBackend
+from curriculum.solvers.base import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
 
 __all__ = ["Completion", "DelayedSolver", "Sampling", "SolverBackend", "build_solver"]
 
@@ -20,6 +20,15 @@ class DelayedSolver:
         self.inner = inner
         self.latency_s = latency_s
         self.solver_id = inner.solver_id
+        runner = attempt_runner(inner)  # only a backend that can run single attempts offers it here too
+        self.generate_attempts: AttemptRunner | None = None if runner is None else self._delayed(runner)
+
+    def _delayed(self, runner: AttemptRunner) -> AttemptRunner:
+        def generate_attempts(prompts: list[str], attempts: list[int], sampling: Sampling) -> list[Completion]:
+            time.sleep(self.latency_s)  # one request per round of attempts
+            return runner(prompts, attempts, sampling)
+
+        return generate_attempts
 
     def serve_version(self, version: str) -> None:
         serve = getattr(self.inner, "serve_version", None)

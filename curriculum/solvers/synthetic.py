@@ -86,6 +86,10 @@ class SyntheticArithSolver:
         """``n`` answers per prompt, in order (the SolverBackend contract)."""
         return [[self._answer(prompt, i, sampling) for i in range(n)] for prompt in prompts]
 
+    def generate_attempts(self, prompts: list[str], attempts: list[int], sampling: Sampling) -> list[Completion]:
+        """Attempt ``attempts[i]`` of ``prompts[i]`` (the answer ``generate`` gives at that place)."""
+        return [self._answer(prompt, i, sampling) for prompt, i in zip(prompts, attempts, strict=True)]
+
 
 def read_skill_file(path: Path | None) -> dict[str, float]:
     """``{version: offset}`` from a skill file; ``{}`` when there is none yet (a missing file is a solver

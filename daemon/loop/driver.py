@@ -341,8 +341,10 @@ class Driver:
         by_sid: dict[str, list[int]] = {}
         for t in pending:  # each task is harvested under the version it was dispatched against
             by_sid.setdefault(state.spotcheck_pending[t].solver_id or self.spot.solver_id, []).append(t)
+        # a task is harvested once its stored trials settle its label: all k always do, and a spot-checker with
+        # spotcheck.sequential stops there (so the harvest rule needs no setting that could disagree with it)
         labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band).items()}
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, sequential=True).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]

@@ -167,7 +167,8 @@ class PropelEngine:
         self.say(f"labelling {len(tasks)} base-policy tasks × k={self.band.k} with {solver.solver_id} "
                  "to train the first probe (offline solver trials)…")
         with ProgressReporter("labelling first-probe corpus", len(tasks), unit="tasks") as bar:
-            return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance)
+            return label_corpus(self.domain, solver, tasks, self.band, sampling(self.cfg), progress=bar.advance,
+                                sequential=self.cfg.spotcheck.sequential)
 
     def _active_labels(self) -> tuple[LabelledCorpus, np.ndarray]:
         """``train_samples`` tasks labelled in active rounds from a pool of ``active_pool_factor × train_samples``

@@ -27,6 +27,7 @@ from daemon.service.settings import (
     check_endpoints,
     driver_settings,
     sampling,
+    settle_band,
     worker_settings,
 )
 from daemon.service.yielding import NoGate, WorkGate, YieldGate, gate_models
@@ -43,14 +44,15 @@ def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
     name = cfg.solver.name or solver.solver_id
     register_configured_version(cfg, store, name)
     if cfg.broker.embedded:
-        return InProcessSpotChecker(store, engine.domain, solver, sampling(cfg), solver_name=name)
+        return InProcessSpotChecker(store, engine.domain, solver, sampling(cfg), solver_name=name,
+                                    settle=settle_band(cfg))
     from workers import runtime
     from workers.app import configure_app
 
     settings = worker_settings(cfg)
     runtime.configure(settings)
     configure_app(settings)
-    return CelerySpotChecker(name, cfg.run_name, cfg.broker.spotcheck_batch_size)
+    return CelerySpotChecker(name, cfg.run_name, cfg.broker.spotcheck_batch_size, settle=settle_band(cfg))
 
 
 def register_configured_version(cfg: PropelConfig, store: Store, name: str) -> None:

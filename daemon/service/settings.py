@@ -119,11 +119,17 @@ def band(cfg: PropelConfig) -> Band:
     return Band(sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials)
 
 
+def settle_band(cfg: PropelConfig) -> Band | None:
+    """``spotcheck.sequential``: the band spot-checks stop at once a task's label is settled; else ``None``."""
+    return band(cfg) if cfg.spotcheck.sequential else None
+
+
 def active_settings(cfg: PropelConfig) -> ActiveSettings:
     """``probes.corpus_labelling = "active"``: the first probe's active rounds, ``probes.train_samples`` tasks."""
     p = cfg.probes
     return ActiveSettings(budget=p.train_samples, seed_share=p.active_seed_share, rounds=p.active_rounds,
-                          members=p.active_members, arch=p.architecture, seed=cfg.seed)
+                          members=p.active_members, arch=p.architecture, seed=cfg.seed,
+                          sequential=cfg.spotcheck.sequential)
 
 
 def active_pool_samples(cfg: PropelConfig) -> int:

@@ -1,6 +1,7 @@
 """The active-labelling benchmark's ``--quick`` mode end to end, run as a user runs it (a subprocess of
 ``python -m benchmarks.active_labelling``, results redirected by ``PROPEL_BENCH_RESULTS``): both arms at
-every budget, spending the same solver trials. It checks the pipeline and the schema, not the goal.
+every budget, spending the same solver trials, and the sequential-labelling accounting (attempts actually
+run). It checks the pipeline and the schema, not the goal.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def test_quick_benchmark_compares_both_arms_at_equal_budgets(tmp_path: Path) -> 
         assert [row["tasks"] for row in data["table"][arm]] == budgets
         for row in data["table"][arm]:
             assert 0.0 <= row["balanced_accuracy"]["mean"] <= 1.0 and row["trials"] == 8 * row["tasks"]
+            assert row["tasks"] <= row["trials_sequential"]["min"] <= row["trials_sequential"]["max"] <= row["trials"]
     for run in data["runs"]:  # equal budgets: both arms label exactly the budget
         assert [c["tasks"] for c in run["arms"]["active"]] == [c["tasks"] for c in run["arms"]["uniform"]] == budgets
         assert all(sum(r["labelled"] for r in c["rounds"]) == c["tasks"] for c in run["arms"]["active"])
     assert "active_trial_share" in data["goals"] and (tmp_path / "active_quick.png").stat().st_size > 0
+    seq = data["sequential"]  # sequential labelling: same labels (the run fails otherwise), fewer attempts
+    assert set(seq["goal"]) >= {"uniform", "uniform+sequential", "active", "active+sequential"}
+    assert all(1 <= a < 8 for a in seq["pool_attempts_per_task"].values())

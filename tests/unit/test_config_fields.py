@@ -46,7 +46,8 @@ VALUES: dict[str, Any] = {
                         "concurrency": 2, "temperature": 0.2},
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
-    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "artifacts.url": "memory://propel-fields",
+    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "spotcheck.sequential": False,
+    "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
     "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True, "rl.diversity_weight": 0.3,
@@ -170,6 +171,7 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "daemon.worker_silence_s": lambda c: ds(c).worker_silence_s,
         "spotcheck.deadline_s": lambda c: ds(c).spotcheck_deadline_s,
         "spotcheck.redispatches": lambda c: ds(c).spotcheck_redispatches,
+        "spotcheck.sequential": _sequential,
         "artifacts.url": lambda c: ws(c).artifacts_url,
         "solver.name": lambda c: _spot_version(c)[0], "solver.version": lambda c: _spot_version(c)[1],
         "solver.version_order": lambda c: _spot_version(c)[2],
@@ -266,6 +268,30 @@ def _spot_batch(c: PropelConfig) -> int:
         return int(build_spot(c, store, _Engine()).batch_size)  # type: ignore[arg-type, attr-defined]
     finally:
         store.dispose()
+
+
+def _sequential(c: PropelConfig) -> tuple[bool, bool]:
+    """The spot-checker's settle band (carried in every Celery message) and the first probe's active
+    labelling; the uniform corpus (engine) passes the field to ``label_corpus``."""
+    from daemon.service.runtime import build_spot
+    from daemon.service.settings import active_settings
+
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert "sequential=self.cfg.spotcheck.sequential" in source
+
+    class _Engine:
+        domain = None
+
+    from curriculum.store.db import Store
+    from curriculum.store.models import Base
+
+    store = Store("sqlite://")
+    try:
+        Base.metadata.create_all(store.engine)
+        settle = build_spot(c, store, _Engine()).settle  # type: ignore[arg-type, attr-defined]
+    finally:
+        store.dispose()
+    return settle is not None, active_settings(c).sequential
 
 
 def _extraction_batch(c: PropelConfig) -> Any:

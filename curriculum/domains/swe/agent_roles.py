@@ -98,10 +98,18 @@ class AgentSweSolver:
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         """``n`` episodes per prompt, ``concurrency`` at a time (each on its own copy), in order."""
-        jobs = [prompt for prompt in prompts for _ in range(n)]
-        if self.concurrency == 1:
-            flat = [self._attempt(prompt) for prompt in jobs]
-        else:
-            with ThreadPoolExecutor(self.concurrency) as pool:
-                flat = list(pool.map(self._attempt, jobs))
+        flat = self._episodes([prompt for prompt in prompts for _ in range(n)])
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def generate_attempts(self, prompts: list[str], attempts: list[int], sampling: Sampling) -> list[Completion]:
+        """One episode per (prompt, attempt), ``concurrency`` at a time: every episode is an independent
+        run, so the attempt index only places it (sequential labelling asks for one attempt at a time)."""
+        if len(prompts) != len(attempts):
+            raise ValueError(f"{len(prompts)} prompts but {len(attempts)} attempt indices")
+        return self._episodes(list(prompts))
+
+    def _episodes(self, jobs: list[str]) -> list[Completion]:
+        if self.concurrency == 1:
+            return [self._attempt(prompt) for prompt in jobs]
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(self._attempt, jobs))

@@ -84,3 +84,7 @@ class SyntheticSweSolver:
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         """``n`` answers per prompt, in order (the SolverBackend contract)."""
         return [[self._answer(prompt, i, sampling) for i in range(n)] for prompt in prompts]
+
+    def generate_attempts(self, prompts: list[str], attempts: list[int], sampling: Sampling) -> list[Completion]:
+        """Attempt ``attempts[i]`` of ``prompts[i]`` (the answer ``generate`` gives at that place)."""
+        return [self._answer(prompt, i, sampling) for prompt, i in zip(prompts, attempts, strict=True)]
