@@ -122,7 +122,7 @@ def test_spotchecks_with_the_swe_agent_backend_record_trials_and_turns(tmp_path:
     with scripted_server(model, models=["m"]) as (url, _):
         cfg = agent_config(tmp_path, options, url)
         spot = build_spot(cfg, sqlite_store, SimpleNamespace(domain=domain))
-        assert spot.solver_id == "agent:m" and spot.settle is not None  # type: ignore[attr-defined]  # sequential
+        assert spot.solver_id == "agent:m"
         spot.dispatch([ids["solved"], ids["unsolved"]], 3)  # the daemon's in-process spot-check
         spot.dispatch([ids["loops"], ids["too_long"]], 1)
     with sqlite_store.session() as s:

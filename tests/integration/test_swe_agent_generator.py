@@ -137,7 +137,7 @@ def test_agent_bugs_join_the_cycle_with_their_provenance_and_turns(tmp_path: Pat
     assert agent_task.payload["agent"]["stop_reason"] == "stop" and agent_task.payload["operator"] == "patch"
     assert (policy_task.generator_step, policy_task.payload.get("generator")) == (5, None)
     assert [t["tool_results"] for t in turns] == [["edited minicalc/core.py"], []]
-    assert outcomes == ["fail", "pass"]  # in band: 1 solved + 1 failed settles it (spotcheck.sequential)
+    assert outcomes == ["fail", "fail", "pass"]  # in band: 1 of 3
     assert list(messages) == [agent_task.id]  # the policy's bug was never solved: out of band, not emitted
     message = messages[agent_task.id]
     assert message["grading"]["generator"] == "agent:g" and message["spot_check"]["in_band"] is True

@@ -46,7 +46,7 @@ VALUES: dict[str, Any] = {
                         "concurrency": 2, "temperature": 0.2},
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
-    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "spotcheck.sequential": False,
+    "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "spotcheck.sequential": True,
     "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
