@@ -115,7 +115,8 @@ def test_synthetic_solver_labels_with_the_swe_band(domain: SweDomain) -> None:
     assert label.valid_trials == 3
     assert label.solved == sum(1 for a in answers if a.meta["correct"])
     assert solver.generate(["not an swe prompt"], 1, Sampling())[0][0].text is None
-    for seed in range(12):  # sequential labelling: one attempt at a time gives the same answers and label
+    spent = set()
+    for seed in range(3):  # sequential labelling: one attempt at a time gives the same answers and label
         prompt = domain.solver_prompt(task)
         row = solver.generate([prompt], 3, Sampling(seed=seed))[0]
         assert [c.text for c in solver.generate_attempts([prompt] * 3, [0, 1, 2], Sampling(seed=seed))] == [
@@ -124,6 +125,8 @@ def test_synthetic_solver_labels_with_the_swe_band(domain: SweDomain) -> None:
         [seq] = label_tasks(domain, solver, [task], band, Sampling(seed=seed), sequential=True)
         assert seq.in_band == full.in_band and seq.side(band) == full.side(band)
         assert seq.attempts == (2 if [c.meta["correct"] for c in row[:2]] in ([True, False], [False, True]) else 3)
+        spent.add(seq.attempts)
+    assert spent == {2, 3}  # these seeds settle one task after 2 attempts and run 3 for the others
 
 
 def test_build_solver_knows_the_synthetic_swe_solver(domain: SweDomain) -> None:
