@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # ~40 s: `make test-long` (make test stays under 15 min)
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIVE = "PROPEL (active corpus) + co-evolution"
