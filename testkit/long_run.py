@@ -1,0 +1,229 @@
+"""The long-run quality measurement (``benchmarks/long_run.py`` and its quick-mode test): the embedded
+daemon as ``propel run --no-api`` runs it, observed cycle by cycle.
+
+The run is wired by the product's own functions, in the order :func:`daemon.service.runtime.run`
+calls them (``open_run`` → ``build_engine`` → ``assemble_driver`` with :class:`ServiceHooks` →
+``lifecycle.serve``): leadership, heartbeat, the APScheduler job at ``daemon.tick_interval_s`` and the
+real clock. Nothing about time is faked: the hourly spot-check budget sees wall-clock seconds. The
+observer is the ``on_report`` callback ``propel run`` prints its cycle lines from; after each emit phase
+it reads what the cycle stored (tasks, queue rows, metrics, alerts, the driver state) and scores every
+valid task by its exact probability of landing in band under the synthetic solver's *current* version.
+
+The ``rising`` scenario announces a new solver version every ``rise_every`` cycles through
+:func:`curriculum.solver_versions.register` (what ``POST /v1/solvers/{name}/versions`` calls), each one
+``rise_step`` skill (logistic offset) above the last, via ``solver.synthetic_skill_by_version``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from curriculum import solver_versions
+from curriculum.store.db import Store
+from curriculum.store.models import AlertRow, MetricPoint, QueueItem, TaskRow
+from daemon.config import PropelConfig, load_config
+from daemon.loop.driver import CycleReport, Driver
+from daemon.loop.progress import Progress
+from testkit.soak import rss_mib
+
+#: per-cycle metrics copied from the daemon's metric table (its own validity, topic share, spending, timing)
+CYCLE_METRICS = ("validity", "top_topic_share", "predicted_utility", "spotcheck_utility", "spotcheck_dispatched",
+                 "solver_trials", "labelled", "false_positives", "emitted", "retrained", "solver_budget_used",
+                 "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds", "emit_seconds")
+BASE_SAMPLE = 512  # completions of the untrained generator, measured once at start
+BASE_SEED = 987_654_321  # its sampling seed (the sampler forks the RNG: the daemon's own stream is untouched)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str  # "frozen" | "rising"
+    cycles: int
+    rise_every: int = 0  # rising: a new version every this many cycles (0: frozen)
+    rise_step: float = 1.0  # skill added per version
+    max_seconds: float | None = None  # stop the daemon (as SIGTERM would) after this much wall time
+
+    def versions(self, base_skill: float) -> dict[str, float]:
+        """The announced versions and their skills (none when frozen)."""
+        if not self.rise_every:
+            return {}
+        jumps = (self.cycles - 1) // self.rise_every
+        return {f"v{i}": base_skill + i * self.rise_step for i in range(1, jumps + 1)}
+
+
+def embedded_config(data_dir: Path, generator: str, scenario: Scenario, bootstrap_steps: int | None = None
+                    ) -> PropelConfig:
+    """The embedded default config (``propel run`` with no ``--config``, what ``make run`` uses) with its
+    own data directory, the cached bootstrap generator, the API off (``--no-api``) and, when rising, the
+    skill of each announced version."""
+    raw = load_config(None).model_dump(mode="json")
+    raw["data_dir"] = str(data_dir)
+    raw["generator"]["model"] = generator
+    raw["generator"]["bootstrap_steps"] = bootstrap_steps
+    raw["daemon"]["serve_api"] = False
+    cfg = PropelConfig.model_validate(raw)
+    from daemon.service.settings import build_configured_solver
+
+    solver: Any = build_configured_solver(cfg)
+    base = float(solver.base_offset)  # the synthetic solver's skill at start
+    raw["solver"]["synthetic_skill_by_version"] = scenario.versions(base)
+    return PropelConfig.model_validate(raw)
+
+
+def cached_generator(cache_dir: Path, steps: int | None, say: Callable[[str], None]) -> str:
+    """``bootstrap:arith`` resolved by the daemon's own function against the shared cache (``.propel``)."""
+    from daemon.service.engine import resolve_model
+
+    cfg = load_config(None)
+    raw = cfg.model_dump(mode="json")
+    raw["data_dir"], raw["generator"]["bootstrap_steps"] = str(cache_dir), steps
+    return resolve_model("bootstrap:arith", PropelConfig.model_validate(raw), say)
+
+
+class InBand:
+    """Exact in-band probability of a task under the synthetic solver's current version."""
+
+    def __init__(self, cfg: PropelConfig) -> None:
+        from daemon.service.settings import band, build_configured_solver
+
+        self.solver: Any = build_configured_solver(cfg)
+        self.band = band(cfg)
+        self.version = ""
+
+    def serve(self, version: str) -> None:
+        self.version = version
+        self.solver.serve_version(version)
+
+    def __call__(self, text: str) -> float:
+        return float(self.band.probability(self.solver.success_probability(text)))
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    version: str
+    wall_s: float  # seconds since the daemon started driving
+    valid_in_band: list[float]
+    valid_texts: list[str]
+    valid_topics: list[str | None]
+    emitted_in_band: list[float]
+    metrics: dict[str, float]
+    alerts: list[dict[str, Any]]
+    degraded: list[str]
+    rss_mib: float
+
+
+@dataclass
+class Observer(Progress):
+    """``on_report`` of the run: prints the daemon's lines (as ``propel run``) and records each cycle."""
+
+    store: Store
+    run_id: int
+    in_band: InBand
+    scenario: Scenario
+    solver_name: str
+    on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None]
+    driver: Driver | None = None
+    stop: threading.Event | None = None
+    started: float = field(default_factory=time.perf_counter)
+    last_queue_id: int = 0
+    announced: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def __call__(self, report: CycleReport) -> None:
+        super().__call__(report)
+        if report.phase != "emit":
+            return
+        record, nxt = self.record(report.cycle), report.cycle + 1  # scored under the version it ran against
+        if self.scenario.rise_every and nxt % self.scenario.rise_every == 0 and nxt < self.scenario.cycles:
+            self.announce(f"v{nxt // self.scenario.rise_every}", nxt)
+        self.on_cycle(record, list(self.announced))
+        if self.stop is not None and self.scenario.max_seconds is not None and \
+                time.perf_counter() - self.started > self.scenario.max_seconds:
+            self.say(f"long run: {self.scenario.max_seconds:.0f} s reached, stopping the daemon")
+            self.stop.set()
+
+    def announce(self, version: str, cycle: int) -> None:
+        """What a trainer does on a new checkpoint (the API's announce path)."""
+        with self.store.session() as s:
+            solver_versions.register(s, self.solver_name, version, source="announce")
+        self.in_band.serve(version)
+        self.announced.append({"version": version, "before_cycle": cycle, "skill": self.in_band.solver.offset})
+        self.say(f"long run: announced solver version {version} before cycle {cycle}")
+
+    def record(self, cycle: int) -> CycleRecord:
+        with self.store.session() as s:
+            tasks = s.execute(select(TaskRow.text, TaskRow.topic).where(
+                TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
+            queued = s.execute(select(QueueItem.id, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
+                               .where(QueueItem.run_id == self.run_id, QueueItem.id > self.last_queue_id)).all()
+            metrics = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
+                MetricPoint.run_id == self.run_id, MetricPoint.cycle == cycle)).tuples().all())
+            alerts = s.execute(select(AlertRow.rule, AlertRow.mitigation, AlertRow.value).where(
+                AlertRow.run_id == self.run_id, AlertRow.cycle_fired == cycle)).all()
+        self.last_queue_id = max([self.last_queue_id, *(q.id for q in queued)])
+        degraded = sorted(self.driver.state()[2].degraded) if self.driver is not None else []
+        return CycleRecord(
+            cycle=cycle, version=self.in_band.version, wall_s=time.perf_counter() - self.started,
+            valid_in_band=[self.in_band(t.text) for t in tasks], valid_texts=[t.text for t in tasks],
+            valid_topics=[t.topic for t in tasks], emitted_in_band=[self.in_band(q.text) for q in queued],
+            metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS},
+            alerts=[{"rule": a.rule, "mitigation": a.mitigation, "value": float(a.value)} for a in alerts],
+            degraded=degraded, rss_mib=rss_mib())
+
+
+def untrained_sample(engine: Any, in_band: InBand) -> dict[str, Any]:
+    """The bootstrap generator before any RL step: in-band of its valid tasks and its texts (for the
+    diversity baseline). The daemon's sampler forks the RNG, so this leaves the run's stream as it was."""
+    checks = engine.domain.validate_batch(engine.sample(BASE_SAMPLE, seed=BASE_SEED))
+    valid = [v.task for v in checks if v.valid]
+    rates = [in_band(t.text) for t in valid]
+    return {"samples": len(checks), "validity": len(valid) / max(1, len(checks)),
+            "in_band": sum(rates) / len(rates) if rates else None,
+            "texts": [t.text for t in valid], "topics": [engine.domain.topic(t) for t in valid]}
+
+
+def run_scenario(cfg: PropelConfig, scenario: Scenario, on_start: Callable[[dict[str, Any]], None],
+                 on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None],
+                 say: Callable[[str], None] | None = None) -> int:
+    """Run the daemon as ``propel run --no-api --cycles N`` does; ``on_start`` gets the untrained
+    generator's sample once the engine is built, ``on_cycle`` every cycle's record. Returns the exit code."""
+    from daemon.loop import health
+    from daemon.ops.metrics import build_metrics, export_degraded
+    from daemon.service.engine import build_engine
+    from daemon.service.lifecycle import RunOptions, open_run, serve
+    from daemon.service.runtime import ServiceHooks, assemble_driver
+    from daemon.service.settings import build_configured_solver, check_domain, check_endpoints
+
+    check_endpoints(cfg)
+    check_domain(cfg)
+    store, run_id = open_run(cfg)
+    metrics = build_metrics()
+    export_degraded(metrics, [], health.REASONS)
+    in_band = InBand(cfg)
+    solver_name = cfg.solver.name or build_configured_solver(cfg).solver_id
+    observer = Observer(store=store, run_id=run_id, in_band=in_band, scenario=scenario, solver_name=solver_name,
+                        on_cycle=on_cycle)
+    hooks = ServiceHooks(cfg, store, run_id, metrics, observer)
+
+    def build_driver(stop: threading.Event) -> Driver:
+        engine = build_engine(cfg, store, run_id, say=observer.say)
+        on_start(untrained_sample(engine, in_band))
+        driver = assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
+        observer.driver, observer.stop, observer.started = driver, stop, time.perf_counter()
+        return driver
+
+    options = RunOptions(cycles=scenario.cycles, on_report=observer)
+    try:
+        return serve(cfg, store, run_id, build_driver, options, say or observer.say, None)
+    finally:
+        hooks.close()
+        store.dispose()
