@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import torch
 
 from benchmarks._common import RESULTS, write_result
 from daemon.ops.logs import configure_logging
@@ -40,8 +41,8 @@ from testkit.long_run import CycleRecord, Scenario, cached_generator, embedded_c
 
 TIME_NOTE = ("real wall clock: the daemon's own APScheduler loop at daemon.tick_interval_s, its clock and the "
              "store's timestamps are not scaled, so the hourly spot-check budget is paced by real seconds")
-WIRING_NOTE = ("propel run --no-api: open_run → build_engine → assemble_driver(ServiceHooks) → lifecycle.serve, "
-               "embedded default config (load_config(None)) with its own data_dir and the cached bootstrap generator")
+WIRING_NOTE = ("daemon.service.runtime.run as `propel run --no-api --cycles N` calls it, on the embedded default "
+               "config (load_config(None)) with its own data_dir and the cached bootstrap generator")
 
 
 class Recorder:
@@ -187,7 +188,8 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
     rise_every = rise_every or max(1, cycles // 5)
     plan = scenarios(scenario, cycles, rise_every, rise_step, max_minutes)
     rec = Recorder(name, block, {"cycles": cycles, "block": block, "rise_every": rise_every, "rise_step": rise_step,
-                                 "max_minutes": max_minutes, "quick": quick, "bootstrap_steps": steps})
+                                 "max_minutes": max_minutes, "quick": quick, "bootstrap_steps": steps,
+                                 "torch_threads": torch.get_num_threads()})
     generator = cached_generator(data_dir, steps, click.echo)
     with tempfile.TemporaryDirectory(prefix="long_run_") as tmp:
         root = work_dir or Path(tmp)
@@ -195,7 +197,7 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
             cfg = embedded_config(root / sc.name, generator, sc, steps)
             rec.start(sc, cfg.model_dump(mode="json"))
             started = time.perf_counter()
-            code = run_scenario(cfg, sc, rec.untrained, rec.cycle, click.echo)
+            code = run_scenario(cfg, sc, rec.untrained, rec.cycle)
             rec.finish(code, sc.cycles)
             click.echo(f"{sc.name}: {rec.current['status']} in {time.perf_counter() - started:.0f} s (exit {code})")
             if rec.current["cycles_done"] < sc.cycles and sc.max_seconds is None:

@@ -1,13 +1,14 @@
 """The long-run quality measurement (``benchmarks/long_run.py`` and its quick-mode test): the embedded
 daemon as ``propel run --no-api`` runs it, observed cycle by cycle.
 
-The run is wired by the product's own functions, in the order :func:`daemon.service.runtime.run`
-calls them (``open_run`` → ``build_engine`` → ``assemble_driver`` with :class:`ServiceHooks` →
-``lifecycle.serve``): leadership, heartbeat, the APScheduler job at ``daemon.tick_interval_s`` and the
-real clock. Nothing about time is faked: the hourly spot-check budget sees wall-clock seconds. The
-observer is the ``on_report`` callback ``propel run`` prints its cycle lines from; after each emit phase
-it reads what the cycle stored (tasks, queue rows, metrics, alerts, the driver state) and scores every
-valid task by its exact probability of landing in band under the synthetic solver's *current* version.
+The run IS :func:`daemon.service.runtime.run` (what ``propel run`` calls: ``open_run``, ``build_engine``,
+``assemble_driver`` with the service hooks, ``lifecycle.serve`` with leadership, heartbeat, the
+APScheduler job at ``daemon.tick_interval_s``, the heap freezer and the real clock); its ``on_driver``
+hook hands the built driver to the observer. Nothing about time is faked: the hourly spot-check
+budget sees wall-clock seconds. The observer is the ``on_report`` callback ``propel run`` prints its
+cycle lines from; after each emit phase it reads what the cycle stored (tasks, queue rows, metrics,
+alerts, the driver state) and scores every valid task by its exact probability of landing in band
+under the synthetic solver's *current* version.
 
 The ``rising`` scenario announces a new solver version every ``rise_every`` cycles through
 :func:`curriculum.solver_versions.register` (what ``POST /v1/solvers/{name}/versions`` calls), each one
@@ -123,8 +124,6 @@ class CycleRecord:
 class Observer(Progress):
     """``on_report`` of the run: prints the daemon's lines (as ``propel run``) and records each cycle."""
 
-    store: Store
-    run_id: int
     in_band: InBand
     scenario: Scenario
     solver_name: str
@@ -151,6 +150,14 @@ class Observer(Progress):
             self.say(f"long run: {self.scenario.max_seconds:.0f} s reached, stopping the daemon")
             self.stop.set()
 
+    def attach(self, driver: Driver, stop: threading.Event) -> None:
+        self.driver, self.stop, self.started = driver, stop, time.perf_counter()
+
+    @property
+    def store(self) -> Store:
+        assert self.driver is not None, "the observer records once the driver is built"
+        return self.driver.store
+
     def announce(self, version: str, cycle: int) -> None:
         """What a trainer does on a new checkpoint (the API's announce path)."""
         with self.store.session() as s:
@@ -160,17 +167,19 @@ class Observer(Progress):
         self.say(f"long run: announced solver version {version} before cycle {cycle}")
 
     def record(self, cycle: int) -> CycleRecord:
+        assert self.driver is not None, "the observer records once the driver is built"
+        run_id = self.driver.run_id
         with self.store.session() as s:
             tasks = s.execute(select(TaskRow.text, TaskRow.topic).where(
-                TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
+                TaskRow.run_id == run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
             queued = s.execute(select(QueueItem.id, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
-                               .where(QueueItem.run_id == self.run_id, QueueItem.id > self.last_queue_id)).all()
+                               .where(QueueItem.run_id == run_id, QueueItem.id > self.last_queue_id)).all()
             metrics = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
-                MetricPoint.run_id == self.run_id, MetricPoint.cycle == cycle)).tuples().all())
+                MetricPoint.run_id == run_id, MetricPoint.cycle == cycle)).tuples().all())
             alerts = s.execute(select(AlertRow.rule, AlertRow.mitigation, AlertRow.value).where(
-                AlertRow.run_id == self.run_id, AlertRow.cycle_fired == cycle)).all()
+                AlertRow.run_id == run_id, AlertRow.cycle_fired == cycle)).all()
         self.last_queue_id = max([self.last_queue_id, *(q.id for q in queued)])
-        degraded = sorted(self.driver.state()[2].degraded) if self.driver is not None else []
+        degraded = sorted(self.driver.state()[2].degraded)  # the driver state after the emit phase
         return CycleRecord(
             cycle=cycle, version=self.in_band.version, wall_s=time.perf_counter() - self.started,
             valid_in_band=[self.in_band(t.text) for t in tasks], valid_texts=[t.text for t in tasks],
@@ -192,38 +201,19 @@ def untrained_sample(engine: Any, in_band: InBand) -> dict[str, Any]:
 
 
 def run_scenario(cfg: PropelConfig, scenario: Scenario, on_start: Callable[[dict[str, Any]], None],
-                 on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None],
-                 say: Callable[[str], None] | None = None) -> int:
-    """Run the daemon as ``propel run --no-api --cycles N`` does; ``on_start`` gets the untrained
-    generator's sample once the engine is built, ``on_cycle`` every cycle's record. Returns the exit code."""
-    from daemon.loop import health
-    from daemon.ops.metrics import build_metrics, export_degraded
-    from daemon.service.engine import build_engine
-    from daemon.service.lifecycle import RunOptions, open_run, serve
-    from daemon.service.runtime import ServiceHooks, assemble_driver
-    from daemon.service.settings import build_configured_solver, check_domain, check_endpoints
+                 on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None]) -> int:
+    """Run the daemon through :func:`daemon.service.runtime.run` (``propel run --no-api --cycles N``);
+    ``on_start`` gets the untrained generator's sample once the driver is built, ``on_cycle`` every
+    cycle's record. Returns the exit code."""
+    from daemon.service.runtime import run
+    from daemon.service.settings import build_configured_solver
 
-    check_endpoints(cfg)
-    check_domain(cfg)
-    store, run_id = open_run(cfg)
-    metrics = build_metrics()
-    export_degraded(metrics, [], health.REASONS)
     in_band = InBand(cfg)
     solver_name = cfg.solver.name or build_configured_solver(cfg).solver_id
-    observer = Observer(store=store, run_id=run_id, in_band=in_band, scenario=scenario, solver_name=solver_name,
-                        on_cycle=on_cycle)
-    hooks = ServiceHooks(cfg, store, run_id, metrics, observer)
+    observer = Observer(in_band=in_band, scenario=scenario, solver_name=solver_name, on_cycle=on_cycle)
 
-    def build_driver(stop: threading.Event) -> Driver:
-        engine = build_engine(cfg, store, run_id, say=observer.say)
-        on_start(untrained_sample(engine, in_band))
-        driver = assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
-        observer.driver, observer.stop, observer.started = driver, stop, time.perf_counter()
-        return driver
+    def attach(driver: Driver, stop: threading.Event) -> None:
+        on_start(untrained_sample(driver.engine, in_band))
+        observer.attach(driver, stop)
 
-    options = RunOptions(cycles=scenario.cycles, on_report=observer)
-    try:
-        return serve(cfg, store, run_id, build_driver, options, say or observer.say, None)
-    finally:
-        hooks.close()
-        store.dispose()
+    return run(cfg, cycles=scenario.cycles, until_cycle=None, serve_api=False, progress=observer, on_driver=attach)

@@ -104,7 +104,9 @@ def build_supply(cfg: PropelConfig, engine: Engine) -> TaskSupply | None:
 
 
 def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve_api: bool,
-        progress: Progress) -> int:
+        progress: Progress, on_driver: Callable[[Driver, Event], None] | None = None) -> int:
+    """``propel run``. ``on_driver`` (the long-run benchmark's observer) is called with the built driver and
+    the stop event before the first phase."""
     from daemon.service.engine import build_engine
 
     check_endpoints(cfg)
@@ -126,6 +128,8 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
         engine = build_engine(cfg, store, run_id, say=progress.say)
         gate_models(gate, engine.trainer.model, engine.reference.model)
         driver = assemble_driver(cfg, store, run_id, engine, hooks, stop.is_set, metrics)
+        if on_driver is not None:
+            on_driver(driver, stop)
         heap.freeze()  # the API starts after this; the models are start-up objects too
         return driver
 
