@@ -146,6 +146,31 @@ def plot(data: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def table(data: dict[str, Any]) -> str:
+    """The block table and the goals of every scenario, as Markdown (for the results README)."""
+    lines = []
+    for name, sc in data["scenarios"].items():
+        base = sc.get("untrained") or {}
+        lines += [f"{name}: {sc['status']}, {sc['cycles_done']} cycles; untrained in-band {_f(base.get('in_band'))}, "
+                  f"Self-BLEU-3 {_f(base.get('self_bleu3'))}; announced "
+                  + (", ".join(f"{a['version']} (skill {a['skill']:g}) before {a['before_cycle']}"
+                               for a in sc["announced"]) or "none"), "",
+                  "| cycles | spot-checks | emitted (n) | emitted in band | all valid in band | margin | validity "
+                  "min / mean | max top topic | Self-BLEU-3 | Distinct-3 | trials | alerts | degraded | RSS MiB |",
+                  "|" + "---|" * 14]
+        for b in sc["blocks"]:
+            spots = b["spotchecks_per_cycle"]
+            lines.append(f"| {b['cycles'][0]}–{b['cycles'][1]} | {sum(spots)} ({sum(1 for x in spots if x)}/"
+                         f"{len(spots)} cycles) | {b['emitted']} | {_f(b['emitted_in_band'])} | "
+                         f"{_f(b['valid_in_band'])} | {_f(b['gate_margin'])} | {_f(b['validity_min'])} / "
+                         f"{_f(b['validity_mean'])} | {_f(b['top_topic_share_max'])} | {_f(b['self_bleu3'])} | "
+                         f"{_f(b['distinct3'])} | {b['solver_trials']:.0f} | {', '.join(sorted(set(b['alerts'])))} | "
+                         f"{', '.join(b['degraded'])} | {b['rss_mib']:.0f} |")
+        lines += ["", "goals: " + "; ".join(f"{k} {'met' if g['met'] else 'NOT met' if g['met'] is False else 'n/a'}"
+                                            for k, g in sc["goals"].items()), ""]
+    return "\n".join(lines)
+
+
 def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:
     limit = None if max_minutes is None else 60.0 * max_minutes
     out = []
@@ -170,7 +195,7 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None,
               help="where each scenario's run lives (default: a temporary directory)")
 @click.option("--name", default="long_run", show_default=True, help="result file name under benchmarks/results")
-@click.option("--plot-only", is_flag=True, help="re-render the PNG from the JSON and exit")
+@click.option("--plot-only", is_flag=True, help="re-render the PNG from the JSON, print the block table, exit")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
          plot_only: bool) -> None:
@@ -179,7 +204,9 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
     if plot_only:
         if not result.exists():
             raise click.UsageError(f"{result} does not exist: run the benchmark first")
-        plot(json.loads(result.read_text()), RESULTS / f"{name}.png")
+        data = json.loads(result.read_text())
+        plot(data, RESULTS / f"{name}.png")
+        click.echo(table(data))
         return
     configure_logging("text", logging.INFO)  # as the `propel` root group does
     steps = 60 if quick else None
