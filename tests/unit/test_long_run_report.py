@@ -1,0 +1,75 @@
+"""The long-run benchmark's block and goal arithmetic (testkit/long_run_report.py) on hand-made cycles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testkit.long_run import CycleRecord, Scenario
+from testkit.long_run_report import block, goals, spot_gaps
+
+TEXTS = ["1+2", "3*4", "5-1", "7+8", "9*2", "6-3"]
+
+
+def rec(cycle: int, emitted: list[float], valid: list[float], spot: int = 32, degraded: list[str] | None = None,
+        alerts: list[dict[str, Any]] | None = None, validity: float = 0.95, top: float = 0.2, rss: float = 100.0,
+        wall: float | None = None) -> CycleRecord:
+    return CycleRecord(cycle=cycle, version="", wall_s=float(cycle * 10 if wall is None else wall),
+                       valid_in_band=valid, valid_texts=TEXTS, valid_topics=["add", "mul", "sub", "add", "mul", "sub"],
+                       emitted_in_band=emitted, metrics={"validity": validity, "top_topic_share": top,
+                                                         "spotcheck_dispatched": float(spot)},
+                       alerts=alerts or [], degraded=degraded or [], rss_mib=rss)
+
+
+BASE = {"in_band": 0.2, "self_bleu3": 0.9}
+
+
+def test_block_pools_the_cycles_tasks_and_the_margin_goal_needs_plus_0_10() -> None:
+    records = [rec(0, [0.7, 0.5], [0.3, 0.5]), rec(1, [0.6], [0.4])]
+    b = block(records)
+    assert b["emitted"] == 3 and abs(b["emitted_in_band"] - 0.6) < 1e-9 and abs(b["valid_in_band"] - 0.4) < 1e-9
+    assert b["emitted_per_cycle"] == [2, 1] and b["spotchecks_per_cycle"] == [32, 32]
+    g = goals([b], records, BASE, [])
+    assert g["emitted_vs_valid_plus_0.10"]["met"] is True  # margin 0.2
+    assert g["emitted_vs_2x_untrained"]["met"] is True  # 0.6 ≥ 2 × 0.2
+    worse = [rec(0, [0.45], [0.4])]
+    assert goals([block(worse)], worse, BASE, [])["emitted_vs_valid_plus_0.10"]["met"] is False
+
+
+def test_spot_gap_counts_cycles_and_seconds_since_the_last_spot_check() -> None:
+    records = [rec(0, [], [], spot=32), rec(1, [], [], spot=0), rec(2, [], [], spot=0), rec(3, [], [], spot=4),
+               rec(4, [], [], spot=0)]
+    assert spot_gaps(records) == (2, 20.0)
+    long_gap = [rec(0, [0.5], [0.3], spot=32, wall=10), rec(1, [0.5], [0.3], spot=0, wall=400)]
+    assert goals([block(long_gap)], long_gap, BASE, [])["spotcheck_gap_le_10pct_window"]["met"] is False
+
+
+def test_a_silent_emission_stall_fails_and_one_with_a_named_reason_passes() -> None:
+    silent = [rec(c, [], [0.3]) for c in range(10)]
+    g = goals([block(silent)], silent, BASE, [])["emission_never_stops_silently"]
+    assert g["met"] is False and g["stalls"] == [{"cycles": [0, 9], "raised": []}]
+    said = [rec(c, [], [0.3], degraded=["emission_stalled"] if c >= 9 else []) for c in range(10)]
+    assert goals([block(said)], said, BASE, [])["emission_never_stops_silently"]["met"] is True
+    short = [rec(c, [] if c < 9 else [0.5], [0.3]) for c in range(10)]  # 9 empty cycles: no stall
+    assert goals([block(short)], short, BASE, [])["emission_never_stops_silently"]["stalls"] == []
+
+
+def test_recovery_compares_cycles_12_to_19_after_the_jump_with_the_8_before() -> None:
+    records = [rec(c, [0.5] if c < 8 else [0.2] if c < 20 else [0.45], [0.3]) for c in range(28)]
+    jump = [{"version": "v1", "before_cycle": 8, "skill": 7.0}]
+    g = goals([block(records)], records, BASE, jump)["recovery_after_jump"]
+    assert g["met"] is True and abs(g["jumps"][0]["after"] - 0.45) < 1e-9  # 0.45 ≥ 0.8 × 0.5
+    cut = records[:20]  # the run ended before the 20 cycles after the jump: not measurable
+    assert goals([block(cut)], cut, BASE, jump)["recovery_after_jump"]["met"] is None
+
+
+def test_rss_topic_and_validity_goals() -> None:
+    first = [rec(0, [0.5], [0.3], top=0.2, rss=100.0)]
+    last = [rec(1, [0.5], [0.3], top=0.35, validity=0.8, rss=115.0)]
+    g = goals([block(first), block(last)], first + last, BASE, [])
+    assert g["rss_growth_lt_10pct"]["met"] is False and g["top_topic_le_first_plus_0.10"]["met"] is False
+    assert g["validity_ge_0.90"]["met"] is False and g["validity_ge_0.90"]["blocks_met"] == 1
+
+
+def test_rising_scenario_names_one_version_per_jump() -> None:
+    assert Scenario("rising", 500, rise_every=100).versions(6.0) == {"v1": 7.0, "v2": 8.0, "v3": 9.0, "v4": 10.0}
+    assert Scenario("frozen", 500).versions(6.0) == {}
