@@ -133,6 +133,7 @@ class Observer(Progress):
     started: float = field(default_factory=time.perf_counter)
     last_queue_id: int = 0
     announced: list[dict[str, Any]] = field(default_factory=list)
+    untrained_texts: list[str] = field(default_factory=list)  # rescored under each announced version
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -163,7 +164,9 @@ class Observer(Progress):
         with self.store.session() as s:
             solver_versions.register(s, self.solver_name, version, source="announce")
         self.in_band.serve(version)
-        self.announced.append({"version": version, "before_cycle": cycle, "skill": self.in_band.solver.offset})
+        base = [self.in_band(t) for t in self.untrained_texts]
+        self.announced.append({"version": version, "before_cycle": cycle, "skill": self.in_band.solver.offset,
+                               "untrained_in_band": sum(base) / len(base) if base else None})
         self.say(f"long run: announced solver version {version} before cycle {cycle}")
 
     def record(self, cycle: int) -> CycleRecord:
@@ -213,7 +216,9 @@ def run_scenario(cfg: PropelConfig, scenario: Scenario, on_start: Callable[[dict
     observer = Observer(in_band=in_band, scenario=scenario, solver_name=solver_name, on_cycle=on_cycle)
 
     def attach(driver: Driver, stop: threading.Event) -> None:
-        on_start(untrained_sample(driver.engine, in_band))
+        untrained = untrained_sample(driver.engine, in_band)
+        observer.untrained_texts = untrained["texts"]
+        on_start(untrained)
         observer.attach(driver, stop)
 
     return run(cfg, cycles=scenario.cycles, until_cycle=None, serve_api=False, progress=observer, on_driver=attach)

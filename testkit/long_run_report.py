@@ -129,9 +129,10 @@ def goals(blocks: Sequence[dict[str, Any]], records: Sequence[CycleRecord], base
         return {}
     first_top = next((r.metrics["top_topic_share"] for r in records if "top_topic_share" in r.metrics), None)
     untrained = base.get("in_band")
+    by_version = {"": untrained} | {a["version"]: a.get("untrained_in_band") for a in announced}
     margin = [b["gate_margin"] is not None and b["gate_margin"] >= GATE_MARGIN for b in blocks]
-    vs_base = [None if untrained is None else (b["emitted_in_band"] or 0.0) >= UNTRAINED_FACTOR * untrained
-               for b in blocks]
+    vs_base = [None if by_version.get(b["version"]) is None  # the untrained generator under the block's version
+               else (b["emitted_in_band"] or 0.0) >= UNTRAINED_FACTOR * by_version[b["version"]] for b in blocks]
     validity = [b["validity_mean"] is not None and b["validity_mean"] >= MIN_VALIDITY for b in blocks]
     topic = [None if first_top is None or b["top_topic_share_max"] is None
              else b["top_topic_share_max"] <= first_top + TOPIC_SLACK for b in blocks]
@@ -143,7 +144,7 @@ def goals(blocks: Sequence[dict[str, Any]], records: Sequence[CycleRecord], base
     rss0, rss1 = blocks[0]["rss_mib"], blocks[-1]["rss_mib"]
     return {
         "emitted_vs_valid_plus_0.10": {"met": all(margin), "blocks_met": sum(margin), "blocks": len(blocks)},
-        "emitted_vs_2x_untrained": {"met": _all(vs_base), "untrained_in_band": untrained,
+        "emitted_vs_2x_untrained": {"met": _all(vs_base), "untrained_in_band": by_version,
                                     "blocks_met": sum(1 for f in vs_base if f)},
         "validity_ge_0.90": {"met": all(validity), "blocks_met": sum(validity)},
         "top_topic_le_first_plus_0.10": {"met": _all(topic), "first_cycle": first_top,

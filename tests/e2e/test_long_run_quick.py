@@ -47,6 +47,7 @@ def test_quick_long_run_drives_both_scenarios_and_writes_blocks(tmp_path: Path) 
     rising = data["scenarios"]["rising"]
     assert [a["version"] for a in rising["announced"]] == ["v1"] and rising["announced"][0]["before_cycle"] == 2
     assert [b["version"] for b in rising["blocks"]] == ["", "v1"]
+    assert 0.0 <= rising["announced"][0]["untrained_in_band"] <= 1.0  # the untrained sample under v1
     assert rising["config"]["solver"]["synthetic_skill_by_version"] == {"v1": rising["announced"][0]["skill"]}
     assert "frontier_drift" in rising["blocks"][1]["alerts"] or "drift" in proc.stdout + proc.stderr
     assert data["scenarios"]["frozen"]["announced"] == []

@@ -73,3 +73,11 @@ def test_rss_topic_and_validity_goals() -> None:
 def test_rising_scenario_names_one_version_per_jump() -> None:
     assert Scenario("rising", 500, rise_every=100).versions(6.0) == {"v1": 7.0, "v2": 8.0, "v3": 9.0, "v4": 10.0}
     assert Scenario("frozen", 500).versions(6.0) == {}
+
+
+def test_the_untrained_reference_follows_the_blocks_solver_version() -> None:
+    records = [rec(0, [0.5], [0.3])]
+    b = block(records) | {"version": "v1"}
+    jump = [{"version": "v1", "before_cycle": 0, "skill": 7.0, "untrained_in_band": 0.3}]
+    g = goals([b], records, BASE, jump)["emitted_vs_2x_untrained"]
+    assert g["met"] is False and g["untrained_in_band"] == {"": 0.2, "v1": 0.3}  # 0.5 < 2 × 0.3
