@@ -75,10 +75,12 @@ class Recorder:
             self._close_block(self.records[-self.block:])
 
     def _close_block(self, records: list[CycleRecord], partial: bool = False) -> None:
+        t0 = time.perf_counter()
         b = report.block(records) | {"partial": partial, "load_average": list(os.getloadavg())}
         self.current["blocks"].append(b)
         self.current["goals"] = report.goals(self.current["blocks"], self.records, self.current["untrained"] or {},
                                              self.current["announced"])
+        b["close_s"] = time.perf_counter() - t0  # the block's diversity metrics and goals (between two phases)
         self.write()
         click.echo(f"block {b['cycles']}: emitted {b['emitted']} in band {_f(b['emitted_in_band'])}, all valid "
                    f"{_f(b['valid_in_band'])}, validity {_f(b['validity_mean'])}, top topic "
@@ -132,6 +134,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
         row[1].plot(x, series("validity_mean"), marker="o", ms=3, label="validity")
         row[1].plot(x, series("top_topic_share_max"), marker="o", ms=3, label="max top-topic share")
         row[2].plot(x, series("self_bleu3"), marker="o", ms=3, label="Self-BLEU-3")
+        if sc.get("untrained") and sc["untrained"].get("self_bleu3") is not None:
+            row[2].axhline(sc["untrained"]["self_bleu3"], color="gray", ls=":", label="untrained Self-BLEU-3")
         row[2].plot(x, series("distinct3"), marker="o", ms=3, label="Distinct-3")
         row[3].plot(x, series("solver_trials"), marker="o", ms=3, label="solver trials")
         row[3].plot(x, series("emitted"), marker="o", ms=3, label="emitted tasks")

@@ -118,6 +118,7 @@ class CycleRecord:
     alerts: list[dict[str, Any]]
     degraded: list[str]
     rss_mib: float
+    observe_s: float = 0.0  # what this observation cost the daemon's loop (it runs between two phases)
 
 
 @dataclass
@@ -171,7 +172,7 @@ class Observer(Progress):
 
     def record(self, cycle: int) -> CycleRecord:
         assert self.driver is not None, "the observer records once the driver is built"
-        run_id = self.driver.run_id
+        run_id, t0 = self.driver.run_id, time.perf_counter()
         with self.store.session() as s:
             tasks = s.execute(select(TaskRow.text, TaskRow.topic).where(
                 TaskRow.run_id == run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
@@ -189,7 +190,7 @@ class Observer(Progress):
             valid_topics=[t.topic for t in tasks], emitted_in_band=[self.in_band(q.text) for q in queued],
             metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS},
             alerts=[{"rule": a.rule, "mitigation": a.mitigation, "value": float(a.value)} for a in alerts],
-            degraded=degraded, rss_mib=rss_mib())
+            degraded=degraded, rss_mib=rss_mib(), observe_s=time.perf_counter() - t0)
 
 
 def untrained_sample(engine: Any, in_band: InBand) -> dict[str, Any]:

@@ -78,6 +78,7 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "emitted_per_cycle": [len(r.emitted_in_band) for r in records],
         "predicted_utility": _mean([r.metrics[PRED] for r in records if PRED in r.metrics]),
         "rss_mib": records[-1].rss_mib, "wall_s": records[-1].wall_s,
+        "observe_s_per_cycle": _mean([r.observe_s for r in records]),
         "seconds_per_cycle": {p: _mean([r.metrics.get(f"{p}_seconds", 0.0) for r in records]) for p in phases},
     }
 
