@@ -87,12 +87,13 @@ class Recorder:
                    f"{_f(b['top_topic_share_max'])}, Self-BLEU-3 {_f(b['self_bleu3'])}, trials "
                    f"{b['solver_trials']:.0f}, RSS {b['rss_mib']:.0f} MiB")
 
-    def finish(self, code: int, cycles: int) -> None:
+    def finish(self, code: int, cycles: int, timed_out: bool) -> None:
         rest = len(self.records) % self.block
         if rest:
             self._close_block(self.records[-rest:], partial=True)
         done = len(self.records)
-        self.current["status"] = "done" if done >= cycles else f"stopped after {done} of {cycles} cycles"
+        why = "at --max-minutes" if timed_out else "by a signal or failure"
+        self.current["status"] = "done" if done >= cycles else f"stopped {why} after {done} of {cycles} cycles"
         self.current["exit_code"] = code
         self.current["spot_gap"] = dict(zip(("cycles", "seconds"), report.spot_gaps(self.records), strict=True))
         self.write()
@@ -228,10 +229,10 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
             cfg = embedded_config(root / sc.name, generator, sc, steps)
             rec.start(sc, cfg.model_dump(mode="json"))
             started = time.perf_counter()
-            code = run_scenario(cfg, sc, rec.untrained, rec.cycle)
-            rec.finish(code, sc.cycles)
+            code, timed_out = run_scenario(cfg, sc, rec.untrained, rec.cycle)
+            rec.finish(code, sc.cycles, timed_out)
             click.echo(f"{sc.name}: {rec.current['status']} in {time.perf_counter() - started:.0f} s (exit {code})")
-            if rec.current["cycles_done"] < sc.cycles and sc.max_seconds is None:
+            if rec.current["cycles_done"] < sc.cycles and not timed_out:
                 break  # a signal stopped the daemon: do not start the next scenario
     plot(rec.data, RESULTS / f"{name}.png")
 

@@ -135,6 +135,7 @@ class Observer(Progress):
     last_queue_id: int = 0
     announced: list[dict[str, Any]] = field(default_factory=list)
     untrained_texts: list[str] = field(default_factory=list)  # rescored under each announced version
+    timed_out: bool = False  # the daemon was stopped at ``scenario.max_seconds`` (not by a signal)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -150,6 +151,7 @@ class Observer(Progress):
         if self.stop is not None and self.scenario.max_seconds is not None and \
                 time.perf_counter() - self.started > self.scenario.max_seconds:
             self.say(f"long run: {self.scenario.max_seconds:.0f} s reached, stopping the daemon")
+            self.timed_out = True
             self.stop.set()
 
     def attach(self, driver: Driver, stop: threading.Event) -> None:
@@ -205,10 +207,10 @@ def untrained_sample(engine: Any, in_band: InBand) -> dict[str, Any]:
 
 
 def run_scenario(cfg: PropelConfig, scenario: Scenario, on_start: Callable[[dict[str, Any]], None],
-                 on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None]) -> int:
+                 on_cycle: Callable[[CycleRecord, list[dict[str, Any]]], None]) -> tuple[int, bool]:
     """Run the daemon through :func:`daemon.service.runtime.run` (``propel run --no-api --cycles N``);
     ``on_start`` gets the untrained generator's sample once the driver is built, ``on_cycle`` every
-    cycle's record. Returns the exit code."""
+    cycle's record. Returns the exit code and whether the time limit (not a signal) stopped it."""
     from daemon.service.runtime import run
     from daemon.service.settings import build_configured_solver
 
@@ -222,4 +224,5 @@ def run_scenario(cfg: PropelConfig, scenario: Scenario, on_start: Callable[[dict
         on_start(untrained)
         observer.attach(driver, stop)
 
-    return run(cfg, cycles=scenario.cycles, until_cycle=None, serve_api=False, progress=observer, on_driver=attach)
+    code = run(cfg, cycles=scenario.cycles, until_cycle=None, serve_api=False, progress=observer, on_driver=attach)
+    return code, observer.timed_out
