@@ -38,6 +38,9 @@ from testkit.soak import rss_mib
 CYCLE_METRICS = ("validity", "top_topic_share", "predicted_utility", "spotcheck_utility", "spotcheck_dispatched",
                  "solver_trials", "labelled", "false_positives", "emitted", "retrained", "solver_budget_used",
                  "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds", "emit_seconds")
+#: the always-on health signals (issue #34), recorded when the daemon writes them
+HEALTH_METRICS = ("verified_utility", "verified_labels", "probes_suspect", "topic_js", "rolled_back",
+                  "emission_stalled", "emit_idle_cycles", "pause_emission", "spotcheck_tokens", "solver_budget_left")
 BASE_SAMPLE = 512  # completions of the untrained generator, measured once at start
 BASE_SEED = 987_654_321  # its sampling seed (the sampler forks the RNG: the daemon's own stream is untouched)
 
@@ -190,7 +193,7 @@ class Observer(Progress):
             cycle=cycle, version=self.in_band.version, wall_s=time.perf_counter() - self.started,
             valid_in_band=[self.in_band(t.text) for t in tasks], valid_texts=[t.text for t in tasks],
             valid_topics=[t.topic for t in tasks], emitted_in_band=[self.in_band(q.text) for q in queued],
-            metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS},
+            metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS or k in HEALTH_METRICS},
             alerts=[{"rule": a.rule, "mitigation": a.mitigation, "value": float(a.value)} for a in alerts],
             degraded=degraded, rss_mib=rss_mib(), observe_s=time.perf_counter() - t0)
 

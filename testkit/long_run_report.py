@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from curriculum.diversity import collapse_metrics
-from testkit.long_run import CycleRecord
+from testkit.long_run import HEALTH_METRICS, CycleRecord
 
 DIVERSITY_SAMPLE = 256  # texts per Self-BLEU-3 / Distinct-3 measurement (the same size for the baseline)
 GATE_MARGIN = 0.10  # emitted ≥ all valid + this
@@ -78,6 +78,8 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "emitted_per_cycle": [len(r.emitted_in_band) for r in records],
         "predicted_utility": _mean([r.metrics[PRED] for r in records if PRED in r.metrics]),
         "rss_mib": records[-1].rss_mib, "wall_s": records[-1].wall_s,
+        "health": {m: [min(v), _mean(v), max(v)] for m in HEALTH_METRICS
+                   if (v := [r.metrics[m] for r in records if m in r.metrics])},  # min, mean, max over the block
         "observe_s_per_cycle": _mean([r.observe_s for r in records]),
         "seconds_per_cycle": {p: _mean([r.metrics.get(f"{p}_seconds", 0.0) for r in records]) for p in phases},
     }
