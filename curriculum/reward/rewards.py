@@ -21,7 +21,7 @@ returns too few valid trials); it never silently becomes 0. Every call appends a
 ``self.logs`` and, inside TRL, reports the same numbers through ``log_metric``.
 
 Diversity (issue #22, off by default): a probe reward built with a
-:class:`curriculum.novelty.DiversityTerm` subtracts ``weight × penalty`` (penalty ∈ [0, 1], repetition
+:class:`curriculum.reward.novelty.DiversityTerm` subtracts ``weight × penalty`` (penalty ∈ [0, 1], repetition
 within the GRPO group and against the archive of emitted tasks) from its **valid** completions
 only, and never takes a valid reward down to the invalid floor: the hard gate clips at
 ``valid_minimum`` as before, the soft gate at ``floor / 2``. The mean penalty of the valid
@@ -38,10 +38,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, Validity, generation_text
-from curriculum.novelty import DiversityTerm
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import compute_label, grade_outcome
+from curriculum.labelling.spotcheck import compute_label, grade_outcome
+from curriculum.reward.novelty import DiversityTerm
 from probes.band import Band
 
 
