@@ -183,6 +183,19 @@ class ProbeReward(_LoggedReward, ABC):
         """Which checks need a probe score (the valid ones, unless the reward ignores validity)."""
         return [i for i, v in enumerate(checks) if v.valid]
 
+    def _gated(self, checks: Sequence[Validity], scores: Sequence[float], floor: float, valid_minimum: float,
+               kwargs: dict[str, Any]) -> list[float]:
+        """``floor`` for the checks without a score, ``scores`` (of :meth:`scored_indices`, in order) for
+        the rest, minus the diversity term, then clipped below at ``valid_minimum``: a gate's arithmetic."""
+        idx = self.scored_indices(checks)
+        _check_scores(idx, scores, self.__name__)
+        rewards = [floor] * len(checks)
+        for i, score in zip(idx, scores, strict=True):
+            rewards[i] = float(score)
+        rewards, penalty = self._diversify(checks, rewards)
+        clipped = _clip_valid(rewards, idx, valid_minimum)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+
     @abstractmethod
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
@@ -252,14 +265,7 @@ class HardGateReward(ProbeReward):
 
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
-        valid_idx = self.scored_indices(checks)
-        _check_scores(valid_idx, logits, self.__name__)
-        rewards = [self.floor] * len(checks)
-        for i, logit in zip(valid_idx, logits, strict=True):
-            rewards[i] = float(logit)
-        rewards, penalty = self._diversify(checks, rewards)
-        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+        return self._gated(checks, logits, self.floor, self.valid_minimum, kwargs)
 
 
 class SoftGateReward(ProbeReward):
@@ -276,14 +282,7 @@ class SoftGateReward(ProbeReward):
 
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
-        valid_idx = self.scored_indices(checks)
-        _check_scores(valid_idx, probabilities, self.__name__)
-        rewards = [self.floor] * len(checks)
-        for i, p in zip(valid_idx, probabilities, strict=True):
-            rewards[i] = float(p)
-        rewards, penalty = self._diversify(checks, rewards)
-        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+        return self._gated(checks, probabilities, self.floor, self.valid_minimum, kwargs)
 
     @property
     def valid_minimum(self) -> float:
