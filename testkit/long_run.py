@@ -11,7 +11,7 @@ alerts, the driver state) and scores every valid task by its exact probability o
 under the synthetic solver's *current* version.
 
 The ``rising`` scenario announces a new solver version every ``rise_every`` cycles through
-:func:`curriculum.solver_versions.register` (what ``POST /v1/solvers/{name}/versions`` calls), each one
+:func:`curriculum.store.solver_versions.register` (what ``POST /v1/solvers/{name}/versions`` calls), each one
 ``rise_step`` skill (logistic offset) above the last, via ``solver.synthetic_skill_by_version``.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from curriculum import solver_versions
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import AlertRow, MetricPoint, QueueItem, TaskRow
 from daemon.config import PropelConfig, load_config

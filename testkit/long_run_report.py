@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from curriculum.diversity import collapse_metrics
+from curriculum.reward.diversity import collapse_metrics
 from testkit.long_run import HEALTH_METRICS, CycleRecord
 
 DIVERSITY_SAMPLE = 256  # texts per Self-BLEU-3 / Distinct-3 measurement (the same size for the baseline)
