@@ -239,7 +239,13 @@ class SpotCheckConfig(_Section):
     band_hi: int = Field(default=3, ge=0)
     min_valid_trials: int = Field(default=6, ge=1)
     budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
-    budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
+    budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour (the hard cap over any rolling hour)")
+    pace: bool = Field(default=True, description="spread budget_per_hour over the hour with a token bucket, so "
+                       "spot-checks, false-positive mining and aux retraining go on all hour (false: spend up to "
+                       "budget_per_cycle every cycle until the hour's budget is gone; for compressed-time benchmarks)")
+    burst: int = Field(default=32, ge=0, description="the pacing bucket's capacity in tasks (at most half of "
+                       "budget_per_hour): what a cycle may check after a quiet spell; the bucket refills at "
+                       "(budget_per_hour - burst) / 3600 tasks a second, so the hour never exceeds budget_per_hour")
     probe_high_share: float = Field(default=0.75, ge=0, le=1)
     deadline_s: float = Field(default=3600.0, gt=0, description="a dispatched spot-check with no label after "
                               "this long is sent again (only its missing trials are attempted)")

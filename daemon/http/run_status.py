@@ -9,7 +9,7 @@ from curriculum.frontier_view import frontier_summary
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
-from daemon.loop import health
+from daemon.loop import health, pacing
 
 
 def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
@@ -33,8 +33,23 @@ def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[st
         "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
         "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
         "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
+        "spotcheck_pace": spotcheck_pace(counters),
         **({"frontier": versions} if frontier else {}),
     }
+
+
+def spotcheck_pace(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """The spot-check budget's pace and what is left (:func:`daemon.loop.pacing.summary`), or None
+    before the first spot-check phase (or from a state that cannot be read)."""
+    stored = counters.get("spot_bucket")
+    if not stored:
+        return None
+    try:
+        bucket = pacing.Bucket.model_validate(stored)
+    except ValueError:
+        return None
+    info = pacing.summary(bucket, datetime.now(UTC))
+    return {**info, "line": pacing.describe(info)}
 
 
 def _aware(t: datetime) -> datetime:

@@ -22,7 +22,6 @@ from curriculum.diversity import collapse_metrics
 from curriculum.domains.base import Task, Validity
 from curriculum.spotcheck import (
     Band,
-    budget_left,
     false_positives,
     harvest_labels,
     select_candidates,
@@ -39,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import health
+from daemon.loop import health, pacing
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -60,6 +59,7 @@ class DriverSettings:
     band: Band = field(default_factory=Band)
     budget_per_cycle: int = 32
     budget_per_hour: int = 512
+    spot_burst: int | None = None  # the pacing bucket's capacity (daemon.loop.pacing); None: no pacing
     probe_high_share: float = 0.75
     frontier_threshold: float = 0.5
     retrain_min_false_positives: int = 8
@@ -261,6 +261,9 @@ class Driver:
         state.totals.drift_remeasured += len(remeasure)
         self._spotcheck_health(used + len(chosen), state)
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
+        values["solver_budget_left"] = float(max(0, self.s.budget_per_hour - used - len(chosen)))
+        if state.spot_bucket is not None and self.s.spot_burst is not None:
+            values["spotcheck_tokens"] = state.spot_bucket.tokens
         values["solver_trials"] = float(self._count_trials(state))
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
@@ -278,11 +281,14 @@ class Driver:
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
-        budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
+        pace = pacing.Pace(self.s.budget_per_hour, self.s.budget_per_cycle, self.s.spot_burst)
+        bucket = pacing.refill(state.spot_bucket, pace, self.clock(), used)
+        budget = pacing.allowance(bucket, pace, used)  # the paced share of the hour, within both caps
         remeasure = self.frontier.plan_drift(cycle, state, budget)  # a new version: re-measure labelled tasks
         scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in state.spotcheck_pending]
         chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
                                    self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        state.spot_bucket = pacing.spend(bucket, len(chosen) + len(remeasure))
         return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:

@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from daemon.loop.pacing import Bucket
+
 STATE_VERSION = 2
 
 
@@ -90,6 +92,7 @@ class DriverState(BaseModel):
                                       "tried again once enough new labels are written")
     refresh_retry_labels_at: int = Field(0, ge=0, description="labels written when that refresh was skipped")
     champion: Champion | None = None
+    spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:
         """The JSON written to ``daemon_state.counters``."""

@@ -40,6 +40,9 @@ GAUGES: dict[str, tuple[str, str]] = {
     "false_positive_rate": ("propel_false_positive_ratio", "Spot-checked probe-high tasks outside the band"),
     "spotcheck_utility": ("propel_spotcheck_utility_ratio", "Spot-checked tasks (all) that were in band"),
     "solver_budget_used": ("propel_solver_budget_used_ratio", "Spot-check solver budget used this hour"),
+    "solver_budget_left": ("propel_solver_budget_left_tasks", "Spot-check tasks left of this hour's budget"),
+    "spotcheck_tokens": ("propel_spotcheck_tokens", "Spot-check tasks the pacing bucket holds after the last "
+                         "spot-check phase"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),

@@ -171,6 +171,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
         sample_size=cfg.daemon.sample_size, band=band(cfg),
         budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
+        spot_burst=sc.burst if sc.pace else None,
         frontier_threshold=cfg.probes.frontier_threshold,
         retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
         min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,

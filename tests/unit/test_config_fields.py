@@ -47,6 +47,7 @@ VALUES: dict[str, Any] = {
     "spotcheck.k": 6, "spotcheck.band_lo": 2, "spotcheck.band_hi": 4, "spotcheck.min_valid_trials": 5,
     "spotcheck.budget_per_cycle": 9, "spotcheck.budget_per_hour": 99, "spotcheck.probe_high_share": 0.5,
     "spotcheck.deadline_s": 123.0, "spotcheck.redispatches": 2, "spotcheck.sequential": True,
+    "spotcheck.pace": False, "spotcheck.burst": 7,
     "artifacts.url": "memory://propel-fields",
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
@@ -145,6 +146,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "spotcheck.min_valid_trials": lambda c: ds(c).band.min_valid_trials,
         "spotcheck.budget_per_cycle": lambda c: ds(c).budget_per_cycle,
         "spotcheck.budget_per_hour": lambda c: ds(c).budget_per_hour,
+        "spotcheck.pace": lambda c: ds(c).spot_burst is not None,  # unpaced: no bucket
+        "spotcheck.burst": lambda c: ds(c.model_copy(update={"spotcheck": c.spotcheck.model_copy(
+            update={"pace": True})})).spot_burst,  # the bucket's capacity, when paced
         "spotcheck.probe_high_share": lambda c: ds(c).probe_high_share,
         "rl.steps_per_chunk": lambda c: ds(c).steps_per_chunk, "rl.learning_rate": lambda c: rl(c).learning_rate,
         "rl.kl_beta": lambda c: rl(c).beta, "rl.num_generations": lambda c: rl(c).num_generations,
