@@ -38,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import health, pacing
+from daemon.loop import emission_watch, health, pacing
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -76,6 +76,7 @@ class DriverSettings:
     spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
     worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
     unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
+    emission_stall_cycles: int = 10  # cycles without an emitted task → emission_stalled (0: never)
 
 
 @dataclass
@@ -265,6 +266,7 @@ class Driver:
         if state.spot_bucket is not None and self.s.spot_burst is not None:
             values["spotcheck_tokens"] = state.spot_bucket.tokens
         values["solver_trials"] = float(self._count_trials(state))
+        values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
@@ -274,20 +276,27 @@ class Driver:
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
         re-measurements (part of the chosen ones); and trials used this hour."""
+        stalled = health.EMISSION_STALLED in state.degraded  # act on it: the window's top-scored candidates
         with self.store.session() as s:
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
-            rows = s.execute(
-                select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
-                .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
-                .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
+            query = (select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
+                     .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
+                     .where(TaskRow.run_id == self.run_id, TaskRow.valid, ~tried.exists()))
+            if stalled:
+                queued = select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)
+                query = query.where(TaskRow.cycle > cycle - self.s.emit_lookback_cycles, TaskRow.cycle <= cycle,
+                                    ~TaskRow.id.in_(queued))
+            else:
+                query = query.where(TaskRow.cycle == cycle)
+            rows = s.execute(query).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
         pace = pacing.Pace(self.s.budget_per_hour, self.s.budget_per_cycle, self.s.spot_burst)
         bucket = pacing.refill(state.spot_bucket, pace, self.clock(), used)
         budget = pacing.allowance(bucket, pace, used)  # the paced share of the hour, within both caps
         remeasure = self.frontier.plan_drift(cycle, state, budget)  # a new version: re-measure labelled tasks
         scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in state.spotcheck_pending]
-        chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
-                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        chosen = select_candidates(scored, budget - len(remeasure), 1.0 if stalled else self.s.probe_high_share,
+                                   0.0 if stalled else self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
         state.spot_bucket = pacing.spend(bucket, len(chosen) + len(remeasure))
         return chosen + remeasure, remeasure, used
 
@@ -532,13 +541,25 @@ class Driver:
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
+            self._emission_health(state, cands, emitted, ready, verified)
             self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
             texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
+                  "emit_idle_cycles": float(state.emit_idle_cycles),
                   "backpressure": float(ready >= self.s.high_water_mark)}
         self._record(cycle, values)
         return values
+
+    def _emission_health(self, state: DriverState, cands: list[Candidate], emitted: int, ready: int,
+                         verified: bool) -> None:
+        """Count the cycles without an emitted task; past the limit, degraded with why (emission_watch)."""
+        state.emit_idle_cycles = emission_watch.idle_cycles(state.emit_idle_cycles, emitted,
+                                                            ready >= self.s.high_water_mark)
+        facts = emission_watch.stall_facts(cands, min_probability=self.s.min_probability,
+                                           paused_topics=frozenset(state.paused_topics), verified_only=verified)
+        self._health(state, {health.EMISSION_STALLED: emission_watch.emission_stalled(
+            state.emit_idle_cycles, self.s.emission_stall_cycles, facts)})
 
     def _message(self, r: Any, prov: dict[str, Any]) -> dict[str, Any]:
         """The frontier message; its ensemble is the one whose score it carries, not the one loaded now."""

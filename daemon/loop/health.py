@@ -28,7 +28,11 @@ BROKER = "broker_unreachable"
 RETRAIN = "retrain_failing"
 RETRAIN_WAITING = "retrain_workers_silent"
 BACKPRESSURE = "backpressure"
-REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE)
+EMISSION_STALLED = "emission_stalled"  # daemon.loop.emission_watch
+REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE, EMISSION_STALLED)
+#: Reasons with a metric of their own (1 while degraded), which an alert rule watches: its message
+#: carries the degradation's detail (the why).
+ALERT_METRICS: dict[str, str] = {EMISSION_STALLED: "emission_stalled"}
 #: The reasons under which spot-check labels stop arriving.
 LABELS_MISSING: frozenset[str] = frozenset({BUDGET, WORKERS, BROKER})
 
@@ -137,6 +141,12 @@ def verified_only(state: Mapping[str, Mapping[str, Any]], now: datetime, grace_s
     """Emit only spot-check-verified tasks: labels have been missing for longer than ``grace_s``."""
     since = labels_missing_since(state)
     return since is not None and (now - since).total_seconds() > grace_s
+
+
+def alert_details(state: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Metric name → the detail of its ongoing degradation (:data:`ALERT_METRICS`), for alert messages."""
+    return {metric: str(state[reason].get("detail", "")) for reason, metric in ALERT_METRICS.items()
+            if reason in state}
 
 
 def summary(state: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

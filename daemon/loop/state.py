@@ -92,6 +92,8 @@ class DriverState(BaseModel):
                                       "tried again once enough new labels are written")
     refresh_retry_labels_at: int = Field(0, ge=0, description="labels written when that refresh was skipped")
     champion: Champion | None = None
+    emit_idle_cycles: int = Field(0, ge=0, description="emit phases in a row that emitted nothing (queue not "
+                                  "full): daemon.loop.emission_watch")
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

@@ -44,6 +44,8 @@ GAUGES: dict[str, tuple[str, str]] = {
     "spotcheck_tokens": ("propel_spotcheck_tokens", "Spot-check tasks the pacing bucket holds after the last "
                          "spot-check phase"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
+    "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
+                         "cycles (degraded: emission_stalled)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }

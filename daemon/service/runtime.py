@@ -167,7 +167,8 @@ class ServiceHooks(DriverHooks):
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
-        res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
+        res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic,
+                                       details=health.alert_details(state.degraded))
         paused = set(state.paused_topics)
         # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:

@@ -1,18 +1,28 @@
 """Always-on health through the real driver and store (#34): the spot-check budget is paced over the
-window and survives a restart."""
+window and survives a restart; a stalled emission is said (degraded reason and alert, with why) and acted on."""
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from sqlalchemy import select
 
+from curriculum.store import lineage
 from curriculum.store.db import Store
+from curriculum.store.models import Label, ProbeScore
+from daemon.config import config_from_mapping
 from daemon.http.run_status import daemon_status
 from daemon.loop import health
 from daemon.loop.driver import Driver
+from daemon.loop.progress import Progress
+from daemon.ops.metrics import build_metrics
+from daemon.service.runtime import ServiceHooks
 from testkit.driver import make_driver
 
 pytestmark = pytest.mark.integration
@@ -66,3 +76,60 @@ def test_the_budget_is_paced_over_the_window_and_the_pace_survives_a_restart(sto
     assert pace["paced"] and pace["burst"] == 6 and pace["rate_per_min"] == pytest.approx(60.0)
     assert pace["used_this_hour"] == 11 and "11/3,606 tasks used this hour" in pace["line"]
 
+
+
+def _cycle_values(driver: Driver) -> dict[str, float]:
+    """Tick one whole cycle; every phase's values."""
+    values: dict[str, float] = {}
+    for _ in range(5):
+        values |= driver.tick().values
+    return values
+
+
+def _labelled(store: Store) -> dict[int, float]:
+    """Spot-checked task → its probe score."""
+    with store.session() as s:
+        rows = s.execute(select(Label.task_id, ProbeScore.probability).join(
+            ProbeScore, lineage.latest_score_of(Label.task_id))).all()
+    return {int(t): float(p) for t, p in rows}
+
+
+def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """No unverified task clears the threshold and time stands still after the first burst: three idle cycles
+    raise emission_stalled (degraded + the default alert, both saying why); then the spot-checks go to the
+    window's top-scored candidates and their verified in-band labels are emitted, which ends the stall."""
+    driver, _ = make_driver(store, tmp_path, budget_per_cycle=20, budget_per_hour=3_608, spot_burst=4,
+                            min_probability=0.999, emission_stall_cycles=3, retrain_min_false_positives=10**6)
+    clock = Clock()
+    driver.clock = clock
+    hooks = ServiceHooks(config_from_mapping({}, env={}), store, driver.run_id, build_metrics(),
+                         Progress(Console(file=io.StringIO())))
+    driver.hooks = hooks
+    try:
+        with caplog.at_level(logging.WARNING):
+            idle = [_cycle_values(driver)["emit_idle_cycles"] for _ in range(4)]
+            assert idle[-1] >= 3 and idle[-2] >= 2, idle
+            state = driver.state()[2]
+            detail = state.degraded[health.EMISSION_STALLED]["detail"]
+            assert "against emission.min_probability 0.999" in detail and "best unverified candidate scored" in detail
+            assert "valid candidates" in detail and "gate: probe predictions" in detail
+            assert [d["reason"] for d in daemon_status(store, "drv", frontier=False)["degraded"]] == [
+                health.EMISSION_STALLED]
+            before = _labelled(store)
+            emitted, cycles = 0.0, 0
+            while emitted == 0 and cycles < 8:  # tokens refill; each cycle checks the window's top-scored tasks
+                clock.now += timedelta(seconds=10)
+                values = _cycle_values(driver)
+                emitted, cycles = values["emitted"], cycles + 1
+                if cycles == 1:
+                    fired = [r.getMessage() for r in caplog.records
+                             if "alert emission_stalled FIRING" in r.getMessage()]
+                    assert len(fired) == 1 and "no task emitted for" in fired[0], fired
+                    new = {t: p for t, p in _labelled(store).items() if t not in before}
+                    assert len(new) == 4 and min(new.values()) >= 0.5  # the top of the window, not a random slice
+        assert emitted > 0, "verified in-band labels were emitted"
+        assert health.EMISSION_STALLED not in driver.state()[2].degraded
+        assert any(r.getMessage().startswith(f"recovered: {health.EMISSION_STALLED}") for r in caplog.records)
+    finally:
+        hooks.close()

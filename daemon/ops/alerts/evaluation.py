@@ -60,6 +60,7 @@ class AlertEvent:
     spec: AlertRule | None
     alert_id: int | None = None
     mitigation: Mitigation | None = None
+    detail: str = ""  # why, in words, when the daemon knows more than the metric (e.g. emission_stalled)
 
     def as_dict(self, run: str) -> dict[str, Any]:
         spec = self.spec
@@ -68,7 +69,7 @@ class AlertEvent:
                 "metric": spec.metric if spec else None, "comparator": spec.comparator.value if spec else None,
                 "threshold": spec.threshold if spec else None, "for_cycles": spec.for_cycles if spec else None,
                 "severity": spec.severity.value if spec else None, "description": spec.description if spec else "",
-                "mitigation": self.mitigation.as_dict() if self.mitigation else None,
+                "mitigation": self.mitigation.as_dict() if self.mitigation else None, "detail": self.detail,
                 "at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
