@@ -341,6 +341,10 @@ class EmissionConfig(_Section):
     unverified_grace_s: float = Field(default=3600.0, ge=0, description="while spot-check labels are missing "
                                       "(budget spent, no worker, broker down) emit on probe predictions for at most "
                                       "this long, then only spot-check-verified tasks")
+    verified_window_cycles: int = Field(default=30, ge=1, description="verified utility (next to predicted "
+                                        "utility in the cycle summary, /v1/status and the dashboard) is the in-band "
+                                        "share of the spot-check labels of probe-high tasks sampled in the last this "
+                                        "many cycles; 'unverified' when there is none")
     stall_cycles: int = Field(default=10, ge=0, description="this many cycles in a row without an emitted task "
                               "(queue not full) raise the emission_stalled degraded reason and alert, and spend the "
                               "spot-check allowance on the top-scored waiting candidates; 0 disables the check")

@@ -72,7 +72,7 @@ def status_command(ctx: click.Context) -> None:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
-        pace = daemon_status(store, cfg.run_name, frontier=False).get("spotcheck_pace")
+        info = daemon_status(store, cfg.run_name, frontier=False)
     finally:
         store.dispose()
     console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "
@@ -86,8 +86,9 @@ def status_command(ctx: click.Context) -> None:
     console.print(table)
     queue = ", ".join(f"{k}={v}" for k, v in sorted(depths.items())) or "empty"
     console.print(f"queue  {queue}", highlight=False)
-    if pace is not None:
-        console.print(pace["line"], highlight=False)
+    for key, label in (("spotcheck_pace", "budget"), ("utility", "utility")):
+        if info.get(key):
+            console.print(f"{label}  {info[key]['line']}", highlight=False)
     _print_frontier(frontier)
 
 

@@ -10,6 +10,7 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
 from daemon.loop import health, pacing
+from daemon.loop.utility import UtilityView
 
 
 def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[st
         "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
         "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
         "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
-        "spotcheck_pace": spotcheck_pace(counters),
+        "spotcheck_pace": spotcheck_pace(counters), "utility": _utility(counters),
         **({"frontier": versions} if frontier else {}),
     }
 
@@ -50,6 +51,17 @@ def spotcheck_pace(counters: dict[str, Any]) -> dict[str, Any] | None:
         return None
     info = pacing.summary(bucket, datetime.now(UTC))
     return {**info, "line": pacing.describe(info)}
+
+
+def _utility(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """Predicted and verified utility of the last spot-check phase (``unverified`` when no recent label)."""
+    stored = counters.get("utility")
+    if not stored:
+        return None
+    try:
+        return UtilityView.model_validate(stored).as_status()
+    except ValueError:
+        return None
 
 
 def _aware(t: datetime) -> datetime:

@@ -38,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import emission_watch, health, pacing
+from daemon.loop import emission_watch, health, pacing, utility
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -77,6 +77,7 @@ class DriverSettings:
     worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
     unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
     emission_stall_cycles: int = 10  # cycles without an emitted task → emission_stalled (0: never)
+    verified_window_cycles: int = 30  # verified utility: labels of probe-high tasks of the last N cycles
 
 
 @dataclass
@@ -267,11 +268,26 @@ class Driver:
             values["spotcheck_tokens"] = state.spot_bucket.tokens
         values["solver_trials"] = float(self._count_trials(state))
         values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
+        values |= self._utility(cycle, sid, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
         self._advance("spotcheck", cycle, state)
         return values
+
+    def _utility(self, cycle: int, sid: str, state: DriverState) -> dict[str, float]:
+        """Verified utility of the window next to the cycle's predicted utility (daemon.loop.utility)."""
+        window = self.s.verified_window_cycles
+        in_band, labelled = utility.verified_counts(self.store, self.run_id, sid, cycle, window, self.s.min_probability)
+        with self.store.session() as s:
+            predicted = s.scalars(select(MetricPoint.value).where(
+                MetricPoint.run_id == self.run_id, MetricPoint.cycle == cycle,
+                MetricPoint.name == "predicted_utility")).first()
+        state.utility = utility.view(cycle, predicted, in_band, labelled, window)
+        out = {"verified_labels": float(labelled)}
+        if state.utility.verified is not None:
+            out["verified_utility"] = state.utility.verified
+        return out
 
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from daemon.loop.pacing import Bucket
+from daemon.loop.utility import UtilityView
 
 STATE_VERSION = 2
 
@@ -94,6 +95,8 @@ class DriverState(BaseModel):
     champion: Champion | None = None
     emit_idle_cycles: int = Field(0, ge=0, description="emit phases in a row that emitted nothing (queue not "
                                   "full): daemon.loop.emission_watch")
+    utility: UtilityView | None = Field(None, description="predicted and verified utility of the last "
+                                        "spot-check phase (daemon.loop.utility)")
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

@@ -44,6 +44,9 @@ GAUGES: dict[str, tuple[str, str]] = {
     "spotcheck_tokens": ("propel_spotcheck_tokens", "Spot-check tasks the pacing bucket holds after the last "
                          "spot-check phase"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
+    "verified_utility": ("propel_verified_utility_ratio", "In-band share of the spot-check labels of probe-high "
+                         "tasks of the last emission.verified_window_cycles cycles (absent: unverified)"),
+    "verified_labels": ("propel_verified_labels", "Labels the verified utility is over (0: unverified)"),
     "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
                          "cycles (degraded: emission_stalled)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "

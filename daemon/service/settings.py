@@ -181,7 +181,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
         spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
-        emission_stall_cycles=cfg.emission.stall_cycles,
+        emission_stall_cycles=cfg.emission.stall_cycles, verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
 
 

@@ -72,9 +72,15 @@ def test_the_budget_is_paced_over_the_window_and_the_pace_survives_a_restart(sto
     _, _, state = driver.state()
     assert state.spot_bucket is not None and state.spot_bucket.tokens == pytest.approx(0.0)
     assert health.BUDGET not in state.degraded
-    pace = daemon_status(store, "drv", frontier=False)["spotcheck_pace"]
+    status = daemon_status(store, "drv", frontier=False)
+    pace = status["spotcheck_pace"]
     assert pace["paced"] and pace["burst"] == 6 and pace["rate_per_min"] == pytest.approx(60.0)
     assert pace["used_this_hour"] == 11 and "11/3,606 tasks used this hour" in pace["line"]
+    # verified utility: the labels of the window's probe-high tasks (score ≥ min_probability 0.3), in band or not
+    util, labels = status["utility"], _labelled(store)
+    high = [t for t, p in labels.items() if p >= 0.3]
+    assert util["labels"] == len(high) > 0 and not util["unverified"] and 0.0 <= util["verified"] <= 1.0
+    assert util["predicted"] is not None and f"verified {util['verified']:.0%} ({len(high)} labels" in util["line"]
 
 
 
@@ -114,8 +120,9 @@ def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path
             detail = state.degraded[health.EMISSION_STALLED]["detail"]
             assert "against emission.min_probability 0.999" in detail and "best unverified candidate scored" in detail
             assert "valid candidates" in detail and "gate: probe predictions" in detail
-            assert [d["reason"] for d in daemon_status(store, "drv", frontier=False)["degraded"]] == [
-                health.EMISSION_STALLED]
+            status = daemon_status(store, "drv", frontier=False)
+            assert [d["reason"] for d in status["degraded"]] == [health.EMISSION_STALLED]
+            assert status["utility"]["unverified"] and "unverified" in status["utility"]["line"]  # nothing ≥ 0.999
             before = _labelled(store)
             emitted, cycles = 0.0, 0
             while emitted == 0 and cycles < 8:  # tokens refill; each cycle checks the window's top-scored tasks
