@@ -350,6 +350,25 @@ class EmissionConfig(_Section):
                               "spot-check allowance on the top-scored waiting candidates; 0 disables the check")
 
 
+class HealthConfig(_Section):
+    """Always-on health (#34): when the probes are suspect of being reward-hacked (daemon/loop/hacking.py).
+
+    Conservative defaults (each signal must be far off before the daemon stops trusting its probes), to be
+    tuned from benchmarks/long_run.py; docs/OPERATIONS.md explains each."""
+
+    suspect_topic_js: float = Field(default=0.5, gt=0, le=1, description="the probes are suspect when the JS "
+                                    "divergence (bits) of a cycle's valid-task topics from the run's first sampled "
+                                    "cycle exceeds this (1: never)")
+    suspect_top_topic_share: float = Field(default=0.8, gt=0, le=1, description="… or one topic holds more than "
+                                           "this share of a cycle's valid tasks (1: never)")
+    suspect_gap: float = Field(default=0.3, gt=0, le=1, description="… or predicted utility exceeds verified "
+                               "utility by more than this (1: never)")
+    suspect_min_labels: int = Field(default=10, ge=1, description="labels the verified utility needs before the "
+                                    "gap counts")
+    suspect_hold_cycles: int = Field(default=5, ge=1, description="cycles the probes stay suspect after the last "
+                                     "signal tripped (no flapping); meanwhile only verified tasks are emitted")
+
+
 class DaemonConfig(_Section):
     """The driver: cycle cadence, leadership, lifecycle."""
 
@@ -490,6 +509,7 @@ class PropelConfig(_Section):
     alerts: AlertsConfig = AlertsConfig()
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
+    health: HealthConfig = HealthConfig()
     frontier: FrontierConfig = FrontierConfig()
     artifacts: ArtifactsConfig = ArtifactsConfig()
 

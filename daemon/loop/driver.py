@@ -38,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import emission_watch, health, pacing, utility
+from daemon.loop import emission_watch, hacking, health, pacing, utility
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -78,6 +78,7 @@ class DriverSettings:
     unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
     emission_stall_cycles: int = 10  # cycles without an emitted task → emission_stalled (0: never)
     verified_window_cycles: int = 30  # verified utility: labels of probe-high tasks of the last N cycles
+    suspect: hacking.SuspectLimits = field(default_factory=hacking.SuspectLimits.off)  # when the probes are suspect
 
 
 @dataclass
@@ -269,6 +270,7 @@ class Driver:
         values["solver_trials"] = float(self._count_trials(state))
         values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
         values |= self._utility(cycle, sid, state)
+        values |= self._probe_trust(cycle, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
@@ -289,10 +291,33 @@ class Driver:
             out["verified_utility"] = state.utility.verified
         return out
 
+    def _probe_trust(self, cycle: int, state: DriverState) -> dict[str, float]:
+        """The cycle's hacking signals and verdict (daemon.loop.hacking): probes_suspect while they trip."""
+        with self.store.session() as s:
+            counts = {str(t): int(n) for t, n in s.execute(
+                select(TaskRow.topic, func.count()).where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle,
+                                                          TaskRow.valid).group_by(TaskRow.topic))}
+        if not counts:
+            return {}
+        state.topic_baseline = state.topic_baseline or hacking.shares(counts)
+        u = state.utility
+        sig = hacking.Signals(topic_js=hacking.js_divergence(counts, state.topic_baseline),
+                              top_topic_share=max(hacking.shares(counts).values()),
+                              predicted=u.predicted if u else None, verified=u.verified if u else None,
+                              verified_labels=u.labels if u else 0)
+        why = hacking.reasons(sig, self.s.suspect)
+        state.suspect_until = hacking.suspect_until(cycle, why, state.suspect_until, self.s.suspect)
+        state.suspect_why = "; ".join(why) or state.suspect_why
+        self._health(state, {health.PROBES_SUSPECT: hacking.probes_suspect(cycle, state.suspect_until, why,
+                                                                          state.suspect_why)})
+        return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
+
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
         re-measurements (part of the chosen ones); and trials used this hour."""
-        stalled = health.EMISSION_STALLED in state.degraded  # act on it: the window's top-scored candidates
+        # a stall or suspect probes: spend the allowance on the window's top-scored candidates (verified in-band
+        # ones are emitted; a hacked probe's false positives are there)
+        stalled = bool({health.EMISSION_STALLED, health.PROBES_SUSPECT} & set(state.degraded))
         with self.store.session() as s:
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
             query = (select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
@@ -547,7 +572,8 @@ class Driver:
             ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
-            verified = health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
+            verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
+                        or health.PROBES_SUSPECT in state.degraded)  # suspect probes: their word alone is not enough
             plan = set(emission_plan(cands, min_probability=self.s.min_probability,
                                      max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
                                      ready_now=ready, paused_topics=frozenset(state.paused_topics),

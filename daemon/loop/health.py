@@ -29,10 +29,12 @@ RETRAIN = "retrain_failing"
 RETRAIN_WAITING = "retrain_workers_silent"
 BACKPRESSURE = "backpressure"
 EMISSION_STALLED = "emission_stalled"  # daemon.loop.emission_watch
-REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE, EMISSION_STALLED)
+PROBES_SUSPECT = "probes_suspect"  # daemon.loop.hacking
+REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE, EMISSION_STALLED,
+                            PROBES_SUSPECT)
 #: Reasons with a metric of their own (1 while degraded), which an alert rule watches: its message
 #: carries the degradation's detail (the why).
-ALERT_METRICS: dict[str, str] = {EMISSION_STALLED: "emission_stalled"}
+ALERT_METRICS: dict[str, str] = {EMISSION_STALLED: "emission_stalled", PROBES_SUSPECT: "probes_suspect"}
 #: The reasons under which spot-check labels stop arriving.
 LABELS_MISSING: frozenset[str] = frozenset({BUDGET, WORKERS, BROKER})
 

@@ -97,6 +97,10 @@ class DriverState(BaseModel):
                                   "full): daemon.loop.emission_watch")
     utility: UtilityView | None = Field(None, description="predicted and verified utility of the last "
                                         "spot-check phase (daemon.loop.utility)")
+    topic_baseline: dict[str, float] = Field(default_factory=dict, description="topic shares of the first sampled "
+                                             "cycle: the hacking signal's reference (daemon.loop.hacking)")
+    suspect_until: int = Field(-1, description="the probes are suspect through this cycle")
+    suspect_why: str = ""
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

@@ -47,6 +47,10 @@ GAUGES: dict[str, tuple[str, str]] = {
     "verified_utility": ("propel_verified_utility_ratio", "In-band share of the spot-check labels of probe-high "
                          "tasks of the last emission.verified_window_cycles cycles (absent: unverified)"),
     "verified_labels": ("propel_verified_labels", "Labels the verified utility is over (0: unverified)"),
+    "probes_suspect": ("propel_probes_suspect", "1 while hacking signals say the probes are not trustworthy "
+                       "(degraded: probes_suspect; only verified tasks are emitted)"),
+    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the run's "
+                 "first sampled cycle (drift from the probes' training distribution)"),
     "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
                          "cycles (degraded: emission_stalled)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "

@@ -21,6 +21,7 @@ from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from daemon.loop.frontier import FrontierSettings
+from daemon.loop.hacking import SuspectLimits
 from probes.band import Band
 from workers.runtime import WorkerSettings
 
@@ -181,8 +182,16 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
         spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
-        emission_stall_cycles=cfg.emission.stall_cycles, verified_window_cycles=cfg.emission.verified_window_cycles,
+        emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
+        verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
+
+
+def suspect_limits(cfg: PropelConfig) -> SuspectLimits:
+    """When the probes are suspect of being reward-hacked (``[health]``)."""
+    h = cfg.health
+    return SuspectLimits(max_topic_js=h.suspect_topic_js, max_top_topic_share=h.suspect_top_topic_share,
+                         max_gap=h.suspect_gap, min_labels=h.suspect_min_labels, hold_cycles=h.suspect_hold_cycles)
 
 
 def staleness_policy(cfg: PropelConfig) -> StalenessPolicy:

@@ -15,11 +15,12 @@ from sqlalchemy import select
 
 from curriculum.store import lineage
 from curriculum.store.db import Store
-from curriculum.store.models import Label, ProbeScore
+from curriculum.store.models import Label, ProbeScore, QueueItem, TaskRow
 from daemon.config import config_from_mapping
 from daemon.http.run_status import daemon_status
 from daemon.loop import health
 from daemon.loop.driver import Driver
+from daemon.loop.hacking import SuspectLimits
 from daemon.loop.progress import Progress
 from daemon.ops.metrics import build_metrics
 from daemon.service.runtime import ServiceHooks
@@ -140,3 +141,24 @@ def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path
         assert any(r.getMessage().startswith(f"recovered: {health.EMISSION_STALLED}") for r in caplog.records)
     finally:
         hooks.close()
+
+
+def test_a_probe_the_solver_contradicts_is_suspect_and_only_verified_tasks_are_emitted(
+        sqlite_store: Store, tmp_path: Path) -> None:
+    """The fake probe says ~60 % in band where the synthetic solver finds ~25 %: the gap trips, the probes are
+    suspect (degraded, with the numbers), and from then on every emitted task carries an in-band spot-check."""
+    limits = SuspectLimits(max_topic_js=1.0, max_top_topic_share=1.0, max_gap=0.2, min_labels=10, hold_cycles=3)
+    driver, _ = make_driver(sqlite_store, tmp_path, suspect=limits, retrain_min_false_positives=10**6)
+    for _ in range(3):
+        values = _cycle_values(driver)
+        if values.get("probes_suspect"):
+            break
+    state = driver.state()[2]
+    assert health.PROBES_SUSPECT in state.degraded, values
+    assert "predicted utility" in state.degraded[health.PROBES_SUSPECT]["detail"]
+    suspect_from = driver.state()[1]
+    _cycle_values(driver)
+    with sqlite_store.session() as s:
+        later = [q.message for q in s.scalars(select(QueueItem).join(TaskRow, TaskRow.id == QueueItem.task_id)
+                                              .where(TaskRow.cycle >= suspect_from))]
+    assert later and all(m["spot_check"] and m["spot_check"]["in_band"] for m in later)
