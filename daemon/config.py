@@ -367,6 +367,12 @@ class HealthConfig(_Section):
                                     "gap counts")
     suspect_hold_cycles: int = Field(default=5, ge=1, description="cycles the probes stay suspect after the last "
                                      "signal tripped (no flapping); meanwhile only verified tasks are emitted")
+    rollback_validity: float = Field(default=0.3, ge=0, le=1, description="roll the generator back to its last "
+                                     "healthy checkpoint when sample validity stays below this (0: never)")
+    rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
+    healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity and "
+                                    "trusted probes marks its generator checkpoint healthy (kept from pruning: the "
+                                    "rollback target)")
 
 
 class DaemonConfig(_Section):

@@ -38,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import emission_watch, hacking, health, pacing, utility
+from daemon.loop import emission_watch, hacking, health, pacing, rollback, utility
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -79,6 +79,7 @@ class DriverSettings:
     emission_stall_cycles: int = 10  # cycles without an emitted task → emission_stalled (0: never)
     verified_window_cycles: int = 30  # verified utility: labels of probe-high tasks of the last N cycles
     suspect: hacking.SuspectLimits = field(default_factory=hacking.SuspectLimits.off)  # when the probes are suspect
+    rollback: rollback.RollbackRule = field(default_factory=rollback.RollbackRule)  # validity collapse (off: 0)
 
 
 @dataclass
@@ -188,6 +189,8 @@ class Driver:
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, state: DriverState) -> dict[str, float]:
+        if self.s.rollback.on and state.healthy_step is not None:
+            self.engine.pin_checkpoint(state.healthy_step)  # this chunk's pruning keeps the rollback target
         retrained = self._collect_retrain(state)  # an aux probe a worker finished constrains this chunk
         retrained |= collect_refresh(self, state)  # so does a promoted challenger primary
         stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, state.kl_factor)
@@ -269,22 +272,20 @@ class Driver:
             values["spotcheck_tokens"] = state.spot_bucket.tokens
         values["solver_trials"] = float(self._count_trials(state))
         values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
-        values |= self._utility(cycle, sid, state)
+        sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
+        values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
         values |= self._probe_trust(cycle, state)
+        values |= self._rollback_check(state, sampled.get("validity"))
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
         self._advance("spotcheck", cycle, state)
         return values
 
-    def _utility(self, cycle: int, sid: str, state: DriverState) -> dict[str, float]:
+    def _utility(self, cycle: int, sid: str, state: DriverState, predicted: float | None) -> dict[str, float]:
         """Verified utility of the window next to the cycle's predicted utility (daemon.loop.utility)."""
         window = self.s.verified_window_cycles
         in_band, labelled = utility.verified_counts(self.store, self.run_id, sid, cycle, window, self.s.min_probability)
-        with self.store.session() as s:
-            predicted = s.scalars(select(MetricPoint.value).where(
-                MetricPoint.run_id == self.run_id, MetricPoint.cycle == cycle,
-                MetricPoint.name == "predicted_utility")).first()
         state.utility = utility.view(cycle, predicted, in_band, labelled, window)
         out = {"verified_labels": float(labelled)}
         if state.utility.verified is not None:
@@ -311,6 +312,27 @@ class Driver:
         self._health(state, {health.PROBES_SUSPECT: hacking.probes_suspect(cycle, state.suspect_until, why,
                                                                           state.suspect_why)})
         return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
+
+    def _rollback_check(self, state: DriverState, validity: float | None) -> dict[str, float]:
+        """Remember the last healthy generator step; roll back to it when validity collapses."""
+        rule = self.s.rollback
+        if not rule.on or validity is None:
+            return {}
+        step = int(self.engine.provenance().get("generator_step") or 0)
+        if rollback.is_healthy(validity, health.PROBES_SUSPECT in state.degraded, rule):
+            state.healthy_step = step
+        state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
+        wanted = rollback.target(state.low_validity_cycles, rule, state.healthy_step, step)
+        if wanted is None:
+            return {}
+        restored = self.engine.rollback(wanted)
+        log.warning("%s", rollback.describe(rule, validity, step, restored, wanted))
+        state.low_validity_cycles = 0
+        if restored is None:
+            state.healthy_step = None  # not recorded: the next healthy cycle sets a new one
+            return {"rolled_back": 0.0}
+        state.totals.rollbacks += 1
+        return {"rolled_back": 1.0, "rollback_step": float(restored)}
 
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift

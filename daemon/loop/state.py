@@ -52,6 +52,7 @@ class Totals(BaseModel):
     primary_refreshes: int = 0
     stale_retired: int = 0
     drift_remeasured: int = 0
+    rollbacks: int = 0
 
 
 class Champion(BaseModel):
@@ -101,6 +102,9 @@ class DriverState(BaseModel):
                                              "cycle: the hacking signal's reference (daemon.loop.hacking)")
     suspect_until: int = Field(-1, description="the probes are suspect through this cycle")
     suspect_why: str = ""
+    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity and "
+                                     "trusted probes): the rollback target, pinned (daemon.loop.rollback)")
+    low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

@@ -66,6 +66,8 @@ TOTALS: dict[str, tuple[str, str]] = {
     "primary_refreshes": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
+    "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity "
+                  "collapse)"),
 }
 QUEUE_METRIC = "queue_ready"
 PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned",

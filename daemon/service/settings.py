@@ -22,6 +22,7 @@ from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from daemon.loop.frontier import FrontierSettings
 from daemon.loop.hacking import SuspectLimits
+from daemon.loop.rollback import RollbackRule
 from probes.band import Band
 from workers.runtime import WorkerSettings
 
@@ -183,6 +184,8 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
         emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
+        rollback=RollbackRule(validity=cfg.health.rollback_validity, cycles=cfg.health.rollback_cycles,
+                              healthy_validity=cfg.health.healthy_validity),
         verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
 

@@ -22,6 +22,7 @@ from daemon.loop import health
 from daemon.loop.driver import Driver
 from daemon.loop.hacking import SuspectLimits
 from daemon.loop.progress import Progress
+from daemon.loop.rollback import RollbackRule
 from daemon.ops.metrics import build_metrics
 from daemon.service.runtime import ServiceHooks
 from testkit.driver import make_driver
@@ -162,3 +163,23 @@ def test_a_probe_the_solver_contradicts_is_suspect_and_only_verified_tasks_are_e
         later = [q.message for q in s.scalars(select(QueueItem).join(TaskRow, TaskRow.id == QueueItem.task_id)
                                               .where(TaskRow.cycle >= suspect_from))]
     assert later and all(m["spot_check"] and m["spot_check"]["in_band"] for m in later)
+
+
+def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):  # healthy: ~90 % valid; the policy is at step 10, then 20
+        _cycle_values(driver)
+    assert driver.state()[2].healthy_step == 20
+    engine.validity_override = 0.05  # the policy collapses
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(2)]
+    assert [v.get("rolled_back") for v in values] == [None, 1.0] and engine.rollbacks == [20]
+    assert 20 in engine.pinned  # the rl phases kept the target from being pruned
+    said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+    assert said == ["validity below 30% for 2 cycles in a row (last 5%): generator rolled back from step 40 to "
+                    "step 20, the last cycle with validity ≥ 80% and trusted probes"]
+    state = driver.state()[2]
+    assert state.totals.rollbacks == 1 and state.low_validity_cycles == 0
+    assert _cycle_values(driver)["validity"] > 0.8  # the restored policy
