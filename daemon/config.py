@@ -370,6 +370,9 @@ class HealthConfig(_Section):
     rollback_validity: float = Field(default=0.3, ge=0, le=1, description="roll the generator back to its last "
                                      "healthy checkpoint when sample validity stays below this (0: never)")
     rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
+    escalate_after_cycles: int = Field(default=20, ge=0, description="a mitigation an alert applied whose metric "
+                                       "is not back past the rule's threshold after this many cycles escalates: to a "
+                                       "generator rollback, then to pausing emission until it is (0: never)")
     healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity and "
                                     "trusted probes marks its generator checkpoint healthy (kept from pruning: the "
                                     "rollback target)")

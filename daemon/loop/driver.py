@@ -38,7 +38,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import emission_watch, hacking, health, pacing, rollback, utility
+from daemon.loop import emission_watch, escalation, hacking, health, pacing, rollback, utility
 from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -80,6 +80,7 @@ class DriverSettings:
     verified_window_cycles: int = 30  # verified utility: labels of probe-high tasks of the last N cycles
     suspect: hacking.SuspectLimits = field(default_factory=hacking.SuspectLimits.off)  # when the probes are suspect
     rollback: rollback.RollbackRule = field(default_factory=rollback.RollbackRule)  # validity collapse (off: 0)
+    escalate_after_cycles: int = 20  # a mitigation whose metric is not back after this many cycles escalates
 
 
 @dataclass
@@ -278,7 +279,9 @@ class Driver:
         values |= self._rollback_check(state, sampled.get("validity"))
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
-        self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
+        metrics = self._cycle_metrics(cycle)
+        self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
+        self._escalate(cycle, state, metrics)  # the mitigations alerts applied: measured, escalated when they fail
         self._advance("spotcheck", cycle, state)
         return values
 
@@ -319,7 +322,8 @@ class Driver:
         if not rule.on or validity is None:
             return {}
         step = int(self.engine.provenance().get("generator_step") or 0)
-        if rollback.is_healthy(validity, health.PROBES_SUSPECT in state.degraded, rule):
+        doubtful = health.PROBES_SUSPECT in state.degraded or bool(state.mitigations)  # suspect, or an alert open
+        if rollback.is_healthy(validity, doubtful, rule):
             state.healthy_step = step
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
         wanted = rollback.target(state.low_validity_cycles, rule, state.healthy_step, step)
@@ -333,6 +337,31 @@ class Driver:
             return {"rolled_back": 0.0}
         state.totals.rollbacks += 1
         return {"rolled_back": 1.0, "rollback_step": float(restored)}
+
+    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float]) -> None:
+        """Measure each applied mitigation; drop it when its metric is back, escalate it when it is not."""
+        kept: list[escalation.Applied] = []
+        for a in state.mitigations:
+            value = metrics.get(a.metric)
+            decision = escalation.decide(a, cycle, value, self.s.escalate_after_cycles)
+            if decision == "wait" or value is None:
+                kept.append(a)
+                continue
+            if decision == "worked":
+                log.info("%s", escalation.describe(a, decision, cycle, value))
+                continue
+            target = state.healthy_step if self.s.rollback.on else None
+            nxt = escalation.escalated(a, cycle, value, skip_rollback=target is None)
+            log.warning("%s", escalation.describe(a, decision, cycle, value, nxt))
+            if escalation.LEVELS[nxt.level] == "rollback" and target is not None:
+                restored = self.engine.rollback(target)
+                state.totals.rollbacks += int(restored is not None)
+            kept.append(nxt)
+        state.mitigations = kept
+        paused = [a for a in kept if escalation.LEVELS[a.level] == "pause_emission"]
+        state.emission_paused_by = [a.rule for a in paused]
+        lines = {a.rule: f"alert {a.rule} ({a.metric} {a.comparator} {a.threshold:g})" for a in paused}
+        self._health(state, {health.EMISSION_PAUSED: health.emission_paused(state.emission_paused_by, lines)})
 
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
@@ -596,10 +625,10 @@ class Driver:
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
             verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
                         or health.PROBES_SUSPECT in state.degraded)  # suspect probes: their word alone is not enough
-            plan = set(emission_plan(cands, min_probability=self.s.min_probability,
-                                     max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
-                                     ready_now=ready, paused_topics=frozenset(state.paused_topics),
-                                     verified_only=verified))
+            plan = set() if state.emission_paused_by else set(emission_plan(
+                cands, min_probability=self.s.min_probability, max_topic_share=self.s.max_topic_share,
+                high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
+                verified_only=verified))
             prov = self.engine.provenance()
             picked = [r for r in rows if r.TaskRow.id in plan]
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in picked]
@@ -618,8 +647,8 @@ class Driver:
     def _emission_health(self, state: DriverState, cands: list[Candidate], emitted: int, ready: int,
                          verified: bool) -> None:
         """Count the cycles without an emitted task; past the limit, degraded with why (emission_watch)."""
-        state.emit_idle_cycles = emission_watch.idle_cycles(state.emit_idle_cycles, emitted,
-                                                            ready >= self.s.high_water_mark)
+        held = ready >= self.s.high_water_mark or bool(state.emission_paused_by)  # paused on purpose: not a stall
+        state.emit_idle_cycles = emission_watch.idle_cycles(state.emit_idle_cycles, emitted, held)
         facts = emission_watch.stall_facts(cands, min_probability=self.s.min_probability,
                                            paused_topics=frozenset(state.paused_topics), verified_only=verified)
         self._health(state, {health.EMISSION_STALLED: emission_watch.emission_stalled(

@@ -30,8 +30,9 @@ RETRAIN_WAITING = "retrain_workers_silent"
 BACKPRESSURE = "backpressure"
 EMISSION_STALLED = "emission_stalled"  # daemon.loop.emission_watch
 PROBES_SUSPECT = "probes_suspect"  # daemon.loop.hacking
+EMISSION_PAUSED = "emission_paused"  # daemon.loop.escalation
 REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE, EMISSION_STALLED,
-                            PROBES_SUSPECT)
+                            PROBES_SUSPECT, EMISSION_PAUSED)
 #: Reasons with a metric of their own (1 while degraded), which an alert rule watches: its message
 #: carries the degradation's detail (the why).
 ALERT_METRICS: dict[str, str] = {EMISSION_STALLED: "emission_stalled", PROBES_SUSPECT: "probes_suspect"}
@@ -106,6 +107,14 @@ def backpressure(ready: int, high_water_mark: int) -> Degradation | None:
         return None
     return Degradation(BACKPRESSURE, f"queue holds {ready:,} ready tasks (high-water mark {high_water_mark:,}): "
                                      "emission paused until trainers lease more")
+
+
+def emission_paused(rules: list[str], details: Mapping[str, str]) -> Degradation | None:
+    """Escalated mitigations paused emission (daemon.loop.escalation) until their metric is back."""
+    if not rules:
+        return None
+    return Degradation(EMISSION_PAUSED, "emission paused by escalation until the metric is back: "
+                       + "; ".join(details.get(r, r) for r in rules))
 
 
 def merge(current: Mapping[str, Mapping[str, Any]], checks: Mapping[str, Degradation | None], now: datetime

@@ -1,8 +1,9 @@
 """Roll the generator back to a healthy checkpoint when validity collapses (#34), as pure rules.
 
 Unpaced, the embedded default's validity fell to 0–5 % (cycles 91, 100–101) and ``raise_kl`` did not
-bring it back. A cycle is *healthy* when its sample's validity is at least ``healthy_validity`` and
-the probes are not suspect (:mod:`daemon.loop.hacking`); the driver remembers its generator step and
+bring it back. A cycle is *healthy* when its sample's validity is at least ``healthy_validity``, the
+probes are not suspect (:mod:`daemon.loop.hacking`) and no alert mitigation is still being measured
+(:mod:`daemon.loop.escalation`); the driver remembers its generator step and
 keeps that checkpoint from being pruned (``pin_checkpoint``). When validity stays below ``validity``
 for ``cycles`` cycles in a row, the generator is rolled back to the last healthy step.
 ``validity = 0`` turns rollback off.
@@ -24,8 +25,9 @@ class RollbackRule:
         return self.validity > 0
 
 
-def is_healthy(validity: float, suspect: bool, rule: RollbackRule) -> bool:
-    return not suspect and validity >= rule.healthy_validity
+def is_healthy(validity: float, doubtful: bool, rule: RollbackRule) -> bool:
+    """``doubtful``: the probes are suspect, or an alert's mitigation is still being measured."""
+    return not doubtful and validity >= rule.healthy_validity
 
 
 def low_streak(before: int, validity: float, rule: RollbackRule) -> int:
@@ -47,4 +49,4 @@ def describe(rule: RollbackRule, last_validity: float, current_step: int, restor
         return (f"{why}: cannot roll the generator back to step {wanted} (the last healthy one): no checkpoint at or "
                 "before it is recorded")
     return (f"{why}: generator rolled back from step {current_step:,} to step {restored:,}, the last cycle with "
-            f"validity ≥ {rule.healthy_validity:.0%} and trusted probes")
+            f"validity ≥ {rule.healthy_validity:.0%}, trusted probes and no open mitigation")

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from daemon.loop.escalation import Applied
 from daemon.loop.pacing import Bucket
 from daemon.loop.utility import UtilityView
 
@@ -105,6 +106,10 @@ class DriverState(BaseModel):
     healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity and "
                                      "trusted probes): the rollback target, pinned (daemon.loop.rollback)")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
+    mitigations: list[Applied] = Field(default_factory=list, description="mitigations applied by alerts, measured "
+                                       "and escalated (daemon.loop.escalation)")
+    emission_paused_by: list[str] = Field(default_factory=list, description="alert rules whose escalation paused "
+                                          "emission until their metric is back")
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

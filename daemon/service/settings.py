@@ -186,6 +186,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
         rollback=RollbackRule(validity=cfg.health.rollback_validity, cycles=cfg.health.rollback_cycles,
                               healthy_validity=cfg.health.healthy_validity),
+        escalate_after_cycles=cfg.health.escalate_after_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
 

@@ -179,7 +179,39 @@ def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
     assert 20 in engine.pinned  # the rl phases kept the target from being pruned
     said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
     assert said == ["validity below 30% for 2 cycles in a row (last 5%): generator rolled back from step 40 to "
-                    "step 20, the last cycle with validity ≥ 80% and trusted probes"]
+                    "step 20, the last cycle with validity ≥ 80%, trusted probes and no open mitigation"]
     state = driver.state()[2]
     assert state.totals.rollbacks == 1 and state.low_validity_cycles == 0
     assert _cycle_values(driver)["validity"] > 0.8  # the restored policy
+
+
+def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_emission(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rule the fake policy keeps breaking (validity < 0.95; it is ~0.9) with raise_kl: after 2 cycles the
+    mitigation escalates to a rollback, after 2 more to pausing emission; once validity is back, it worked
+    and emission resumes — each step one readable line."""
+    driver, engine = make_driver(sqlite_store, tmp_path, escalate_after_cycles=2, retrain_min_false_positives=10**6,
+                                 rollback=RollbackRule(validity=0.01, cycles=99, healthy_validity=0.8))
+    cfg = config_from_mapping({"alerts": {"rules": [{"name": "validity_dip", "metric": "validity", "comparator": "<",
+                                                     "threshold": 0.95, "mitigation": {"kind": "raise_kl",
+                                                                                       "factor": 3.0}}]}}, env={})
+    hooks = ServiceHooks(cfg, sqlite_store, driver.run_id, build_metrics(), Progress(Console(file=io.StringIO())))
+    driver.hooks = hooks
+    try:
+        with caplog.at_level(logging.INFO, logger="propel"):
+            emitted = [_cycle_values(driver)["emitted"] for _ in range(5)]
+            state = driver.state()[2]
+            assert [a.level for a in state.mitigations] == [2] and state.emission_paused_by == ["validity_dip"]
+            assert engine.rollbacks == [10] and emitted[4] == 0 and all(e > 0 for e in emitted[:4]), emitted
+            assert "emission paused by escalation" in state.degraded[health.EMISSION_PAUSED]["detail"]
+            engine.validity_override = 1.0  # the policy recovers
+            assert _cycle_values(driver)["emitted"] > 0  # measured in the spot-check phase: resumed the same cycle
+        lines = [r.getMessage() for r in caplog.records if "alert validity_dip" in r.getMessage()]
+        assert any("mitigation: raise the KL coefficient ×3 for the next RL chunk" in line for line in lines)
+        assert [line.split(": escalating to ")[-1] for line in lines if "escalating" in line] == [
+            "a generator rollback", "pausing emission"]
+        assert any(line.startswith("alert validity_dip: pausing emission (applied at cycle 4") and "worked" in line
+                   for line in lines), lines
+        assert driver.state()[2].mitigations == [] and health.EMISSION_PAUSED not in driver.state()[2].degraded
+    finally:
+        hooks.close()

@@ -34,7 +34,7 @@ class LogSink:
             log.warning("alert %s FIRING [%s] run=%s cycle=%d: %s = %.4g (%s)%s%s", event.rule, spec.severity.value,
                         run, event.cycle, spec.metric, event.value or 0.0, spec.expression,
                         f": {event.detail}" if event.detail else "",
-                        f"; mitigation: {event.mitigation.as_dict()}" if event.mitigation else "")
+                        f"; mitigation: {event.mitigation.describe()}" if event.mitigation else "")
         else:
             log.info("alert %s resolved run=%s cycle=%d value=%s", event.rule, run, event.cycle, event.value)
 

@@ -35,5 +35,5 @@ def test_target(streak: int, rule: RollbackRule, healthy: int | None, current: i
 def test_the_log_line_reads() -> None:
     assert rollback.describe(RULE, 0.05, 910, 640, 640) == (
         "validity below 30% for 3 cycles in a row (last 5%): generator rolled back from step 910 to step 640, "
-        "the last cycle with validity ≥ 90% and trusted probes")
+        "the last cycle with validity ≥ 90%, trusted probes and no open mitigation")
     assert "cannot roll the generator back to step 640" in rollback.describe(RULE, 0.05, 910, None, 640)
