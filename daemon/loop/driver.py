@@ -17,16 +17,15 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from curriculum import retrain
-from curriculum.diversity import collapse_metrics
 from curriculum.domains.base import Task, Validity
-from curriculum.spotcheck import (
-    Band,
+from curriculum.labelling.spotcheck import (
     false_positives,
     harvest_labels,
     select_candidates,
     trials_since,
 )
+from curriculum.probing import retrain
+from curriculum.reward.diversity import collapse_metrics
 from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import (
@@ -38,10 +37,11 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import hacking, health, pacing, rollback
-from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
+from daemon.loop import health, pacing
+from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
+from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState, PendingCheck, load_state
 from daemon.loop.supply import TaskSupply, store_supplied
 from daemon.loop.watch import HealthWatch
@@ -49,39 +49,6 @@ from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
-
-
-@dataclass(frozen=True)
-class DriverSettings:
-    run_name: str
-    seed: int = 0
-    steps_per_chunk: int = 10
-    sample_size: int = 64
-    band: Band = field(default_factory=Band)
-    budget_per_cycle: int = 32
-    budget_per_hour: int = 512
-    spot_burst: int | None = None  # the pacing bucket's capacity (daemon.loop.pacing); None: no pacing
-    probe_high_share: float = 0.75
-    frontier_threshold: float = 0.5
-    retrain_min_false_positives: int = 8
-    min_probability: float = 0.5
-    max_topic_share: float = 0.4
-    high_water_mark: int = 10_000
-    emit_lookback_cycles: int = 3
-    diversity_sample_size: int = 256
-    reference_model: str = ""
-    probe_arch: str = "mlp"
-    retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
-    frontier: FrontierSettings = field(default_factory=FrontierSettings)  # solver versions, drift, refresh
-    spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
-    spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
-    worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
-    unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
-    emission_stall_cycles: int = 10  # cycles without an emitted task → emission_stalled (0: never)
-    verified_window_cycles: int = 30  # verified utility: labels of probe-high tasks of the last N cycles
-    suspect: hacking.SuspectLimits = field(default_factory=hacking.SuspectLimits.off)  # when the probes are suspect
-    rollback: rollback.RollbackRule = field(default_factory=rollback.RollbackRule)  # validity collapse (off: 0)
-    escalate_after_cycles: int = 20  # a mitigation whose metric is not back after this many cycles escalates
 
 
 @dataclass

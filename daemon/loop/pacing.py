@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from curriculum.spotcheck import budget_left
+from curriculum.labelling.spotcheck import budget_left
 
 
 class Bucket(BaseModel):

@@ -10,7 +10,6 @@ driver state, and report through the driver's degraded-state merge (``_health``)
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
 
@@ -19,10 +18,8 @@ from curriculum.store.models import TaskRow
 from daemon.loop import emission_watch, escalation, hacking, health, rollback, utility
 from daemon.loop.phases import Candidate
 from daemon.loop.ports import Engine
+from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState
-
-if TYPE_CHECKING:
-    from daemon.loop.driver import DriverSettings
 
 log = logging.getLogger("propel.driver")
 

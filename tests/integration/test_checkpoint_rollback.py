@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum.artifacts import open_artifacts
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint, rollback_checkpoint
 from curriculum.rl.checkpoints import CheckpointStore
 from curriculum.store import repo
+from curriculum.store.artifacts import open_artifacts
 from curriculum.store.db import Store
 from curriculum.store.models import GeneratorCheckpoint
 
