@@ -10,13 +10,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 from sqlalchemy import select
 
 from curriculum.store import lineage
 from curriculum.store.db import Store
 from curriculum.store.models import Label, ProbeScore, QueueItem, TaskRow
+from daemon.cli.main import cli
 from daemon.config import config_from_mapping
+from daemon.http.dashboard_status import collect_status, render_status
 from daemon.http.run_status import daemon_status
 from daemon.loop import health
 from daemon.loop.driver import Driver
@@ -83,6 +86,15 @@ def test_the_budget_is_paced_over_the_window_and_the_pace_survives_a_restart(sto
     high = [t for t, p in labels.items() if p >= 0.3]
     assert util["labels"] == len(high) > 0 and not util["unverified"] and 0.0 <= util["verified"] <= 1.0
     assert util["predicted"] is not None and f"verified {util['verified']:.0%} ({len(high)} labels" in util["line"]
+    if store.engine.url.get_backend_name() == "sqlite":  # the same lines in `propel status` and the dashboard
+        cfg = tmp_path / "p.toml"
+        cfg.write_text(f'run_name = "drv"\n[store]\nurl = "{store.engine.url.render_as_string(False)}"\n')
+        out = CliRunner().invoke(cli, ["--config", str(cfg), "status"], env={})
+        assert out.exit_code == 0, out.output
+        text = " ".join(out.output.split())
+        assert "budget spot-check pace 60 tasks/min (burst 6" in text and "utility predicted" in text, text
+        strip = render_status(collect_status(store, "drv", 30.0, 3_606, {}))
+        assert 'data-stat="pace"' in strip and 'data-stat="utility"' in strip and "11/3,606 tasks" in strip
 
 
 
