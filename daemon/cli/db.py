@@ -11,6 +11,7 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.cli.common import console, get_config
 from daemon.config import PropelConfig, mask_url
+from daemon.http.run_status import daemon_status
 from migrations import current_revision, downgrade, head_revision, upgrade
 
 
@@ -71,6 +72,7 @@ def status_command(ctx: click.Context) -> None:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
+        info = daemon_status(store, cfg.run_name, frontier=False)
     finally:
         store.dispose()
     console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "
@@ -84,6 +86,9 @@ def status_command(ctx: click.Context) -> None:
     console.print(table)
     queue = ", ".join(f"{k}={v}" for k, v in sorted(depths.items())) or "empty"
     console.print(f"queue  {queue}", highlight=False)
+    for key, label in (("spotcheck_pace", "budget"), ("utility", "utility")):
+        if info.get(key):
+            console.print(f"{label}  {info[key]['line']}", highlight=False)
     _print_frontier(frontier)
 
 
