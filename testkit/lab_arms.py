@@ -71,6 +71,7 @@ class ReasoningGymSource:
         self.domain = ArithDomain(max_ops=max_ops)
         self.scores: deque[float] = deque(maxlen=settings.window)
         self.batches = self.drawn = self.rejected = 0
+        self.seen: set[str] = set()
         self.raised_at: list[int] = []  # groups recorded when each raise happened
 
     @property
@@ -81,11 +82,11 @@ class ReasoningGymSource:
         """The dataset config at the current level, restricted to what the arith domain represents."""
         return self.curriculum.generate_configuration(defaults={
             "operators": RG_OPERATORS, "allow_parentheses": False, "allow_negation": False,
-            "seed": self.seed * 1_000_003 + self.batches, "size": n})
+            "seed": self.seed * 1_000_003 + self.drawn, "size": n})  # RG seeds item i with seed + i: no overlap
 
     def tasks(self, n: int) -> list[Task]:
-        """``n`` valid arith tasks from RG's generator at the current level (RG items it emits the
-        domain rejects are skipped and counted)."""
+        """``n`` valid arith tasks from RG's generator at the current level, none served before by this
+        source (the queue refuses a task already in its run); items the domain rejects are counted."""
         out: list[Task] = []
         while len(out) < n:
             dataset = self.rg.BasicArithmeticDataset(self.config(2 * (n - len(out))))
@@ -93,7 +94,8 @@ class ReasoningGymSource:
             items = [item["metadata"]["expression"] for item in dataset]
             self.drawn += len(items)
             for v in self.domain.validate_batch(items):
-                if v.valid and len(out) < n:
+                if v.valid and len(out) < n and v.task.content_hash not in self.seen:
+                    self.seen.add(v.task.content_hash)
                     out.append(v.task)
                 self.rejected += not v.valid
             if self.batches > 1_000:

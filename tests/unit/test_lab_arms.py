@@ -106,3 +106,9 @@ def test_rg_tasks_graded_by_the_arith_grader_on_the_expression_not_by_rgs_answer
             disagree += 1
             assert domain.grade(v.task, item["answer"]) is False
     assert disagree > 0  # why the arm grades with the arith grader (testkit/lab_arms.py docstring)
+
+
+def test_rg_batches_never_repeat_a_task(source) -> None:
+    first, second = source.tasks(30), source.tasks(30)  # level 0: 2 one-digit terms, a small space
+    hashes = [t.content_hash for t in first + second]
+    assert len(set(hashes)) == 60 and source.drawn >= 60
