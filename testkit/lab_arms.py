@@ -1,12 +1,12 @@
 """Two closed-loop arms a lab would use instead of this service (#35); the daemon plays no part in them.
 
 **Reasoning Gym with its own curriculum** (:class:`ReasoningGymSource`, package ``reasoning-gym`` 0.1.25,
-an optional install: see ``docs/BENCHMARKS.md``). Tasks come from its ``BasicArithmeticDataset`` at the level
+an optional install: see ``docs/FRONTIER.md``). Tasks come from its ``BasicArithmeticDataset`` at the level
 of its ``BasicArithmeticCurriculum`` (attributes ``num_terms`` levels 2-6 and ``num_digits`` levels 1-4;
 ``generate_configuration`` with the default inclusive context turns the levels into ranges). The level is
 raised with ``increment_global_level()`` — what RG's ``CurriculumExperiment.update_difficulty(…, "increment")``
 calls — when the trainer's accuracy over its last ``window`` groups passes ``threshold``; the window is then
-cleared (RG's score board is cleared per dataset the same way).
+cleared (RG's ``ScoreBoard`` has ``clear(dataset)`` for that).
 The config is restricted to what the project's arith domain can represent, and every task is validated by it:
 
 * ``allow_parentheses = False``: RG's parenthesised generator writes negative literals (``3 - -5``), which
@@ -40,7 +40,7 @@ from curriculum.domains.arith import ArithDomain
 from curriculum.domains.base import Task
 
 T = TypeVar("T")
-RG_MISSING = "the reasoning_gym arm needs `pip install reasoning-gym==0.1.25` (see docs/BENCHMARKS.md)"
+RG_MISSING = "the reasoning_gym arm needs `pip install reasoning-gym==0.1.25` (see docs/FRONTIER.md)"
 RG_OPERATORS = ("+", "-", "*")
 RG_MAX_DIGITS_LEVEL = 2  # num_digits levels [1, 2, 3, 4]: index 2 = 3 digits, the arith domain's 0-999
 

@@ -59,7 +59,7 @@ def test_filter_bounds_narrow_the_kept_accuracy() -> None:
 # ---- Reasoning Gym ----------------------------------------------------------------------------------
 @pytest.fixture
 def source():
-    pytest.importorskip("reasoning_gym", reason="pip install reasoning-gym==0.1.25 (docs/BENCHMARKS.md)")
+    pytest.importorskip("reasoning_gym", reason="pip install reasoning-gym==0.1.25 (docs/FRONTIER.md)")
     from testkit.lab_arms import ReasoningGymSource
 
     return ReasoningGymSource(RGSettings(threshold=0.7, window=8), seed=3)
