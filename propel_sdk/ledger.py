@@ -119,6 +119,7 @@ class Ledger:
     nacked_untried: int = 0
     renew_error: PropelClientError | None = None  # the last non-transient renew refusal (e.g. 401)
     _in_flight: set[int] = field(default_factory=set)
+    _server_ok: bool = False  # /v1/status answered during this flush
     _messages: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -177,6 +178,7 @@ class Ledger:
     def flush(self) -> Flow[bool]:
         """Send every pending outcome (batches of at most ``max_batch``). True when none is left unsent;
         False when the API stayed unreachable (they stay pending). 401/403 raise (they stay pending)."""
+        self._server_ok = False
         while True:
             batch = self._take()
             if not batch:
@@ -201,56 +203,55 @@ class Ledger:
     def _id(a: Ack) -> int:
         return a.task.id if isinstance(a.task, LeasedTask) else a.task
 
-    def _send(self, batch: list[Ack], *, isolate: bool) -> Flow[str | None]:
-        """Send ``batch``; on a refusal of the whole request find the refused items. Answers the status
-        a single refused item got (None otherwise)."""
+    def _send(self, batch: list[Ack], *, isolate: bool) -> Flow[None]:
+        """Send ``batch``; when the server refuses the whole request, find the items that caused it."""
         if not batch:
-            return None
+            return
         try:
             answers = yield from self.ops.ack_many(batch, retry_server_errors=not isolate)
         except PropelClientError as err:
             if err.status not in (422, 500):
                 raise
-            return (yield from self._isolate(batch, err))
+            yield from self._isolate(batch, err)
+            return
         self._settle(batch, answers)
-        return None
 
-    def _isolate(self, batch: list[Ack], err: PropelClientError) -> Flow[str | None]:
-        """Which items of ``batch`` made the request fail (422 or 500): refuse those, store the rest."""
+    def _isolate(self, batch: list[Ack], err: PropelClientError) -> Flow[None]:
+        """Which items of ``batch`` made the request fail (422 or 500): refuse those, store the rest. A 500
+        counts against items only while ``/v1/status`` answers (else it is an outage: all stay pending)."""
         status = "invalid" if err.status == 422 else "server_error"
-        if err.status == 500 and not (yield from self._healthy()):
+        if err.status == 500 and not self._server_ok and not (yield from self._healthy()):
             raise PropelClientError(503, f"ack answered 500 and /v1/status does not answer: {err.detail}")
         named = _invalid_items(err.raw, len(batch))
         if named:
             for i, why in named.items():
                 self._refuse(batch[i], status, why)
-            rest = [a for i, a in enumerate(batch) if i not in named]
-            return (yield from self._send(rest, isolate=True)) if rest else None
+            yield from self._send([a for i, a in enumerate(batch) if i not in named], isolate=True)
+            return
         if len(batch) == 1:
             self._refuse(batch[0], status, err.detail)
-            return status
+            return
         groups: dict[tuple[str, str, int | None], list[Ack]] = {}
-        for a in batch:  # a version the server cannot order, an id it cannot store: the same for the group
+        for a in batch:
             groups.setdefault((a.solver, str(a.version), a.version_order), []).append(a)
-        if len(groups) > 1:
+        if len(groups) > 1:  # one request per solver version: a version the server cannot order fails alone
             for group in groups.values():
                 yield from self._send(group, isolate=True)
-            return None
-        first = yield from self._send(batch[:1], isolate=True)
-        if first == status:  # the same refusal for the same solver version: the whole group shares its cause
-            for a in batch[1:]:
-                self._refuse(a, status, f"{err.detail} (as task {self._id(batch[0])} of the same version)")
-            return None
-        half = 1 + (len(batch) - 1) // 2
-        yield from self._send(batch[1:half], isolate=True)
+            return
+        if err.status == 422 and err.detail.startswith("version:"):  # the cause is the group's version itself
+            for a in batch:
+                self._refuse(a, status, err.detail)
+            return
+        half = len(batch) // 2
+        yield from self._send(batch[:half], isolate=True)
         yield from self._send(batch[half:], isolate=True)
-        return None
 
     def _healthy(self) -> Flow[bool]:
         try:
             yield from self.ops.status()
         except FLOW_ERRORS:
             return False
+        self._server_ok = True  # for the rest of this flush
         return True
 
     def _settle(self, batch: list[Ack], answers: Mapping[int, str]) -> None:
