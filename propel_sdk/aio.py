@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -185,26 +186,41 @@ class AsyncTaskStream:
     def __init__(self, client: AsyncPropelClient, *, solver: str, version: str | int | None = None, batch: int = 16,
                  lease_s: float = 600.0, consumer: str = "async-trainer", ack_every: int = 16,
                  max_tasks: int | None = None, selection: Mapping[str, Any] | None = None,
+                 poll_s: float = 1.0, idle_timeout_s: float = 0.0,
                  on_refused: Callable[[Refusal], None] | None = None) -> None:
         if batch < 1 or ack_every < 1:
             raise ValueError("batch and ack_every must be ≥ 1")
         self.client, self.batch, self.consumer, self.max_tasks = client, batch, consumer, max_tasks
-        self.selection = dict(selection or {})
+        self.selection, self.poll_s, self.idle_timeout_s = dict(selection or {}), poll_s, idle_timeout_s
         self.ledger = Ledger(client.operations, solver, version, lease_s=lease_s, ack_every=ack_every,
                              on_refused=on_refused)
         self._renewer: asyncio.Task[None] | None = None
 
     async def __aiter__(self) -> AsyncIterator[LeasedTask]:
+        """Tasks in lease order; an empty queue (or an unreachable API) is polled every ``poll_s`` until
+        ``idle_timeout_s`` passed without a task (0: the first empty lease ends the iteration)."""
         if self._renewer is None:
             self._renewer = asyncio.create_task(self._renew_loop())
+        idle_since = time.monotonic()
         while True:
             task = self.ledger.next_task()
-            if task is None:
-                room = self.batch if self.max_tasks is None else min(self.batch, self.max_tasks - self.ledger.leased)
-                if room <= 0 or not await self.client.run(self.ledger.lease(room, self.consumer, self.selection)):
-                    return
+            if task is not None:
+                idle_since = time.monotonic()
+                yield task
                 continue
-            yield task
+            room = self.batch if self.max_tasks is None else min(self.batch, self.max_tasks - self.ledger.leased)
+            if room <= 0:
+                return
+            try:
+                if await self.client.run(self.ledger.lease(room, self.consumer, self.selection)):
+                    continue
+            except FLOW_ERRORS as err:
+                if not transient(err):
+                    raise
+                log.warning("lease failed (%s): retrying in %.1f s", describe(err), self.poll_s)
+            if time.monotonic() - idle_since >= self.idle_timeout_s:
+                return
+            await asyncio.sleep(self.poll_s)
 
     def message(self, task_id: int) -> dict[str, Any]:
         """See :meth:`propel_sdk.torch_data.TaskStream.message`."""
@@ -214,7 +230,8 @@ class AsyncTaskStream:
         self.ledger.version = version
 
     async def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
-        """See :meth:`propel_sdk.torch_data.TaskStream.report` (flushes when ``ack_every`` are pending)."""
+        """See :meth:`propel_sdk.torch_data.TaskStream.report` (flushes when ``ack_every`` are pending;
+        the outcome is recorded before that flush, so a 401 it raises loses nothing)."""
         if not self.ledger.report(task_id, solved, n, errors):
             return False
         if self.ledger.due:

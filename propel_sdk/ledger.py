@@ -23,6 +23,9 @@ Rules (issue #37):
   racing on the server); after :data:`LOST_AFTER` such answers in a row the task is no longer
   renewed. It is never forgotten: its report is still sent, and the ack's answer (stored or refused)
   is what the caller sees.
+* An outcome refused as ``invalid`` or ``server_error`` leaves the lease with the stream: the task
+  is held again (renewed), so a corrected :meth:`Ledger.report` may follow; ``close`` nacks it
+  otherwise. After ``lease_lost`` / ``not_leased`` / ``not_found`` the task is gone.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ log = logging.getLogger("propel_sdk.stream")
 MAX_BATCH = 1000
 #: ack answers that mean the outcome is stored (``already_acked``: a retried request whose first try landed)
 STORED = frozenset({"acked", "late", "already_acked"})
+#: refusals of the outcome, not of the lease: the task stays held (renewed; a new report or close's nack)
+KEPT_ON_REFUSAL = frozenset({"invalid", "server_error"})
 #: renew answers saying the lease is gone, in a row, before the stream stops renewing the task
 LOST_AFTER = 2
 
@@ -120,6 +125,7 @@ class Ledger:
     renew_error: PropelClientError | None = None  # the last non-transient renew refusal (e.g. 401)
     _in_flight: set[int] = field(default_factory=set)
     _server_ok: bool = False  # /v1/status answered during this flush
+    _due_at: int = 0  # after a failed flush: the next one is due at this many pending outcomes
     _messages: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -171,9 +177,11 @@ class Ledger:
 
     @property
     def due(self) -> bool:
-        """Enough unsent outcomes for a batch."""
+        """Enough unsent outcomes for a batch (after a failed flush: ``ack_every`` more reports, so an
+        outage does not cost a failed request per report)."""
         with self._lock:
-            return len(self.pending) - len(self._in_flight) >= self.ack_every
+            unsent = len(self.pending) - len(self._in_flight)
+            return unsent >= self.ack_every and len(self.pending) >= self._due_at
 
     def flush(self) -> Flow[bool]:
         """Send every pending outcome (batches of at most ``max_batch``). True when none is left unsent;
@@ -182,6 +190,7 @@ class Ledger:
         while True:
             batch = self._take()
             if not batch:
+                self._due_at = 0
                 return True
             try:
                 yield from self._send(batch, isolate=False)
@@ -191,6 +200,8 @@ class Ledger:
                 if not transient(err):
                     raise
                 log.warning("ack of %d outcomes failed (%s): kept for the next flush", len(batch), describe(err))
+                with self._lock:
+                    self._due_at = len(self.pending) + self.ack_every
                 return False
 
     def _take(self) -> list[Ack]:
@@ -271,6 +282,10 @@ class Ledger:
 
     def _refuse(self, outcome: Ack, status: str, detail: str) -> None:
         refusal = Refusal(self._id(outcome), status, detail, outcome)
+        with self._lock:
+            entry = self.pending.get(refusal.task_id)
+            if entry is not None and status in KEPT_ON_REFUSAL:  # the lease is still ours: report again, or close nacks
+                self.held[refusal.task_id] = entry[1]
         self._done(refusal.task_id)
         self.refused.append(refusal)
         log.warning("%s", refusal)

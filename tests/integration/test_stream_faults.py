@@ -130,7 +130,7 @@ def test_an_unannounced_version_is_refused_and_the_rest_stored(api: tuple[str, S
     assert seen == refused
     assert all("version" in r.detail for r in refused)
     assert sorted(_labels(store)) == sorted(got[:3])
-    assert {_queue(store, ids)[t][0] for t in got[3:]} == {"leased"}  # refused: back when the lease expires
+    assert {_queue(store, ids)[t][0] for t in got[3:]} == {"ready"}  # refused, still held: nacked by close
 
 
 def test_acks_piled_up_over_the_batch_limit_are_split(pg_store: Store) -> None:
