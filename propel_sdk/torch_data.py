@@ -27,7 +27,8 @@ Semantics (the rules are :class:`propel_sdk.ledger.Ledger`'s, shared with the as
       such as ``solved + errors > n`` or an unannounced version, a 500 on that outcome alone) -> that
       outcome alone becomes a :class:`~propel_sdk.ledger.Refusal` naming the task, in
       :attr:`TaskStream.refused` (and ``on_refused(refusal)`` when given, and a WARNING); the others
-      are stored.
+      are stored. After ``invalid`` / ``server_error`` the stream still holds the task: report it
+      again, or :meth:`close` nacks it.
     * :meth:`message` answers from the lease until the task is nacked, and after a report for the
       last ``keep_messages`` reported tasks (a second reward function may grade after the first
       reported).
