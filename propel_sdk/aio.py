@@ -33,6 +33,7 @@ from propel_sdk.protocol import (
     FLOW_ERRORS,
     JSON_HEADERS,
     Ack,
+    ClientBase,
     Flow,
     LeasedTask,
     Operations,
@@ -52,14 +53,12 @@ from propel_sdk.protocol import (
 __all__ = ["AsyncPropelClient", "AsyncTaskStream", "CloseSummary", "Refusal"]
 
 
-class AsyncPropelClient:
+class AsyncPropelClient(ClientBase):
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0, *,
                  max_retries: int = Retry.max_retries, backoff_s: float = Retry.backoff_s,
                  max_backoff_s: float = Retry.max_backoff_s) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.retry = Retry(max_retries, backoff_s, max_backoff_s)
-        self._ops = Operations()
+        self._http: httpx.AsyncClient = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        super().__init__(self._http, token, Retry(max_retries, backoff_s, max_backoff_s))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -69,18 +68,6 @@ class AsyncPropelClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    @property
-    def operations(self) -> Operations:
-        """The sans-I/O operations this client sends (a :class:`~propel_sdk.ledger.Ledger` runs on them)."""
-        return self._ops
-
-    def set_token(self, token: str | None) -> None:
-        """Use another bearer token from the next request on (a rotated ``PROPEL_API_TOKEN``)."""
-        if token:
-            self._http.headers["Authorization"] = f"Bearer {token}"
-        else:
-            self._http.headers.pop("Authorization", None)
 
     async def run(self, flow: Flow[T]) -> T:
         """:func:`propel_sdk.protocol.drive` with ``await``: the same steps (calls, retry waits) of the same core."""

@@ -43,6 +43,7 @@ from propel_sdk.protocol import (
     JSON_HEADERS,
     Ack,
     Call,
+    ClientBase,
     Flow,
     LeasedTask,
     Operations,
@@ -60,16 +61,14 @@ from propel_sdk.protocol import (
 __all__ = ["Ack", "LeasedTask", "PropelClient", "PropelClientError", "Retry", "ack_body"]
 
 
-class PropelClient:
+class PropelClient(ClientBase):
     """Sync client (``httpx.Client``); :class:`propel_sdk.aio.AsyncPropelClient` is the asyncio twin."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0, *,
                  max_retries: int = Retry.max_retries, backoff_s: float = Retry.backoff_s,
                  max_backoff_s: float = Retry.max_backoff_s) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.retry = Retry(max_retries, backoff_s, max_backoff_s)
-        self._ops = Operations()
+        self._http: httpx.Client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        super().__init__(self._http, token, Retry(max_retries, backoff_s, max_backoff_s))
 
     def close(self) -> None:
         self._http.close()
@@ -79,18 +78,6 @@ class PropelClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def operations(self) -> Operations:
-        """The sans-I/O operations this client sends (a :class:`~propel_sdk.ledger.Ledger` runs on them)."""
-        return self._ops
-
-    def set_token(self, token: str | None) -> None:
-        """Use another bearer token from the next request on (a rotated ``PROPEL_API_TOKEN``)."""
-        if token:
-            self._http.headers["Authorization"] = f"Bearer {token}"
-        else:
-            self._http.headers.pop("Authorization", None)
 
     def _send(self, call: Call) -> dict[str, Any]:
         return decode(self._http.request(call.method, call.path, content=call.content(), params=call.params,

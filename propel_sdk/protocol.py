@@ -368,3 +368,26 @@ class Operations:
     def forget(self, task_id: int) -> None:
         with self._lock:
             self._outstanding.pop(task_id, None)
+
+
+class ClientBase:
+    """What both clients hold besides their transport: the retry policy, the operations (with the
+    client's outstanding leases) and the bearer token."""
+
+    _http: httpx.Client | httpx.AsyncClient
+
+    def __init__(self, http: httpx.Client | httpx.AsyncClient, token: str | None, retry: Retry) -> None:
+        self._http, self.retry, self._ops = http, retry, Operations()
+        self.set_token(token)
+
+    @property
+    def operations(self) -> Operations:
+        """The sans-I/O operations this client sends (a :class:`~propel_sdk.ledger.Ledger` runs on them)."""
+        return self._ops
+
+    def set_token(self, token: str | None) -> None:
+        """Use another bearer token from the next request on (a rotated ``PROPEL_API_TOKEN``)."""
+        if token:
+            self._http.headers["Authorization"] = f"Bearer {token}"
+        else:
+            self._http.headers.pop("Authorization", None)

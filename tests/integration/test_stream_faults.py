@@ -209,26 +209,25 @@ def test_message_of_a_reported_task_can_still_be_read(api: tuple[str, Store, Api
     assert stream.acked == 1
 
 
-def test_close_nacks_read_ahead_as_untried(api: tuple[str, Store, ApiContext]) -> None:
-    """#36 item 4: a read-ahead task was never handed to the trainer; the handed-out one was."""
-    url, store, _ = api
+def _close_after_one(url: str, store: Store) -> tuple[list[int], int, Any]:
+    """Lease 4, hand out 1, close: the ids, the handed-out one, the queue rows, the close summary."""
     ids = seed(store, 4, run=RUN)
     with PropelClient(url, token=TOKEN) as client:
         stream = _stream(client, batch=4)
-        got = _take(stream, 1)
-        summary = stream.close()
+        (handed,) = _take(stream, 1)
+        return ids, handed, stream.close()
+
+
+def test_close_nacks_read_ahead_as_untried(api: tuple[str, Store, ApiContext]) -> None:
+    """#36 item 4: a read-ahead task was never handed to the trainer; the handed-out one was."""
+    ids, handed, summary = _close_after_one(api[0], api[1])
     assert (summary.nacked, summary.nacked_untried) == (4, 3)
-    queue = _queue(store, ids)
-    assert {queue[t][0] for t in ids} == {"ready"} and queue[got[0]][1] == 1
+    queue = _queue(api[1], ids)
+    assert {queue[t][0] for t in ids} == {"ready"} and queue[handed][1] == 1
 
 
 @pytest.mark.xfail(strict=True, reason="#36 item 4, server side: nack's tried=false gives the attempt back")
 def test_an_untried_nack_costs_no_delivery_attempt(api: tuple[str, Store, ApiContext]) -> None:
-    url, store, _ = api
-    ids = seed(store, 4, run=RUN)
-    with PropelClient(url, token=TOKEN) as client:
-        stream = _stream(client, batch=4)
-        got = _take(stream, 1)
-        stream.close()
-    queue = _queue(store, ids)
-    assert [queue[t][1] for t in ids if t not in got] == [0, 0, 0]
+    ids, handed, _ = _close_after_one(api[0], api[1])
+    queue = _queue(api[1], ids)
+    assert [queue[t][1] for t in ids if t != handed] == [0, 0, 0]
