@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -29,7 +30,7 @@ from propel_sdk.aio import AsyncPropelClient, AsyncTaskStream
 from propel_sdk.client import PropelClient, PropelClientError
 from propel_sdk.ledger import CloseSummary, Ledger
 from propel_sdk.torch_data import TaskStream
-from testkit.servers import RestartableServer
+from testkit.servers import RestartableServer, ServeProcess
 
 FAULTS = ("restart", "expiry", "bad_report", "unannounced", "rotation", "outage_1000", "replay")
 SOLVER, THIEF, N = "pol", "thief", 4
@@ -105,11 +106,16 @@ class Played:
 class Rig:
     """The API servers (one per run) on one PostgreSQL store, their token, and the fault actions."""
 
-    def __init__(self, store: Store, seed: int) -> None:
+    def __init__(self, store: Store, seed: int, processes: Path | None = None) -> None:
+        """``processes``: a work folder to run each API as a real ``propel serve`` process (restarts kill
+        it; a token rotation restarts it); None: the same app in this process (quick)."""
         self.store, self.token = store, "rig-t0k3n-0"
+        self.idle_s = 2.0 if processes is None else 20.0  # how long a trainer polls through an outage
         self.runs = (f"faults-{seed}-a", f"faults-{seed}-b")
         self.ctxs: dict[str, ApiContext] = {}
-        self.servers = {run: RestartableServer(self._factory(run)) for run in self.runs}
+        self.servers: dict[str, RestartableServer | ServeProcess] = {
+            run: RestartableServer(self._factory(run)) if processes is None else
+            ServeProcess(run, store.url, processes, lambda: self.token) for run in self.runs}
 
     def _factory(self, run: str) -> Callable[[], object]:
         def make() -> object:  # a fresh context per start: a restarted process forgets its caches
@@ -137,6 +143,10 @@ class Rig:
         self.token = f"rig-t0k3n-{int(self.token.rsplit('-', 1)[1]) + 1}"
         for ctx in self.ctxs.values():
             ctx.token = self.token
+        for server in self.servers.values():
+            if isinstance(server, ServeProcess) and server.running:  # a process takes its token at start
+                server.stop()
+                server.start()
 
     def expire_and_steal(self, run: str, victims: list[int], played: Played) -> None:
         """The trainer froze for longer than its lease: the leases lapse and another consumer takes
@@ -234,7 +244,7 @@ def play_sync(rig: Rig, sched: Schedule, run: str, salt: int) -> Played:
     tr = Trainer(rig, sched, run, salt)
     client = PropelClient(rig.servers[run].url, token=rig.token, **_client_kw(sched))
     stream = TaskStream(client, solver=SOLVER, version="step-1", batch=sched.batch, ack_every=sched.ack_every,
-                        lease_s=30.0, idle_timeout_s=2.0, poll_s=0.05, max_tasks=sched.n_tasks,
+                        lease_s=30.0, idle_timeout_s=rig.idle_s, poll_s=0.05, max_tasks=sched.n_tasks,
                         row=lambda t: {"task_id": t.id})
     rows = iter(stream)
     while True:
@@ -283,7 +293,7 @@ async def _play_async(rig: Rig, sched: Schedule, run: str, salt: int) -> Played:
     async with AsyncPropelClient(rig.servers[run].url, token=rig.token, **_client_kw(sched)) as client:
         stream = AsyncTaskStream(client, solver=SOLVER, version="step-1", batch=sched.batch,
                                  ack_every=sched.ack_every, lease_s=30.0, max_tasks=sched.n_tasks,
-                                 poll_s=0.05, idle_timeout_s=2.0)
+                                 poll_s=0.05, idle_timeout_s=rig.idle_s)
         while True:
             try:
                 async for task in stream:

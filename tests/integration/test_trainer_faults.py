@@ -15,11 +15,12 @@ Replay a schedule with ``-k 'seed-7]'``; counts are printed per schedule (``-s``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from curriculum.store.db import Store
-from testkit.trainer_faults import Played, Rig, make_schedule, run_schedule
+from testkit.trainer_faults import Played, Rig, Schedule, make_schedule, run_schedule
 
 pytestmark = pytest.mark.integration
 SEEDS = range(20)
@@ -52,12 +53,28 @@ def _params(seeds: object) -> list[object]:
 
 @pytest.mark.parametrize("seed", _params(SEEDS))
 def test_no_outcome_lost_or_misattributed(seed: int, pg_store: Store) -> None:
-    sched = make_schedule(seed)
-    res = _result(seed, pg_store)
+    _check(make_schedule(seed), _result(seed, pg_store))
+
+
+@pytest.mark.long  # ~10 process starts of `propel serve` (each restart and rotation is one)
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed-{s}") for s in (1, 19)])
+def test_real_serve_processes_killed_and_restarted(seed: int, pg_store: Store, tmp_path: Path) -> None:
+    """The same invariant with each API a real ``propel serve`` process: a restart is a SIGKILL and a
+    fresh process, a token rotation a restart with the new token."""
+    rig = Rig(pg_store, seed, processes=tmp_path)
+    ids, played = run_schedule(rig, make_schedule(seed))
+    _check(make_schedule(seed), Result(ids, played, {p.run: rig.rows(p.run) for p in played}, rig.labels(ids)))
+
+
+def _check(sched: Schedule, res: Result) -> None:
+    """The invariant (module docstring) for every run of a played schedule, and its counts printed."""
+    seed = sched.seed
     for p in res.played:
         rows = res.rows[p.run]
         assert sorted(rows) == sorted(res.ids)
-        assert {state for state, *_ in rows.values()} <= {"acked", "ready"}, "a task left leased or dead"
+        stuck = {tid: (state, tid in p.reports, tid in p.thief) for tid, (state, *_) in rows.items()
+                 if state not in ("acked", "ready")}
+        assert not stuck, f"tasks left leased or dead (state, reported, stolen): {stuck}"
         assert p.summary is not None and p.summary.unsent == [], "reported outcomes never sent"
         trainer_stored = set()
         for tid, (state, solved, n, solver) in rows.items():
