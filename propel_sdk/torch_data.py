@@ -164,7 +164,8 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
     def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
         """Record ``solved`` of ``n`` attempts (``errors`` lost to infrastructure) for a leased task; acked
         in the next batch. ``False`` when the stream does not hold the task (already reported, or never
-        leased by it). A refused outcome shows up in :attr:`refused`, naming the task."""
+        leased by it). A refused outcome shows up in :attr:`refused`, naming the task. The outcome is
+        recorded before a due flush runs: a 401 that flush raises loses nothing (set the new token)."""
         if not self.ledger.report(task_id, solved, n, errors):
             return False
         if self.ledger.due:

@@ -7,6 +7,7 @@ message of a reported task can still be read; read-ahead tasks are nacked as nev
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -77,20 +78,21 @@ def test_a_reported_task_stays_leased_until_its_ack_is_stored(api: tuple[str, St
         stream = _stream(client, lease_s=1.2, batch=2)
         (tid,) = _take(stream, 1)
         assert stream.report(tid, solved=2, n=4)
-        with store.session() as s:
-            first = s.scalars(select(QueueItem.lease_until).where(QueueItem.task_id == tid)).one()
+        first = _lease_until(store, tid)
         assert eventually(lambda: _lease_until(store, tid) > first, timeout_s=10)  # renewed after the report
-        assert eventually(lambda: _lease_until(store, tid) > first, timeout_s=10)
-        assert other.lease(2, lease_s=60, consumer="other") == []  # still held: nobody else gets it
+        assert eventually(lambda: datetime.now(UTC) > first + timedelta(seconds=0.2), timeout_s=10)
+        assert other.lease(2, lease_s=60, consumer="other") == []  # past the first lease: still held
         assert stream.flush()
         stream.close()
     assert stream.statuses == {"acked": 1} and not stream.refused
     assert _labels(store)[tid] == ("pol@step-1", 2, 4)
 
 
-def _lease_until(store: Store, tid: int) -> Any:
+def _lease_until(store: Store, tid: int) -> datetime:
     with store.session() as s:
-        return s.scalars(select(QueueItem.lease_until).where(QueueItem.task_id == tid)).one()
+        until = s.scalars(select(QueueItem.lease_until).where(QueueItem.task_id == tid)).one()
+    assert until is not None
+    return until if until.tzinfo else until.replace(tzinfo=UTC)
 
 
 def test_a_bad_report_fails_alone_and_names_its_task(api: tuple[str, Store, ApiContext]) -> None:
