@@ -111,7 +111,7 @@ class PropelClient(ClientBase):
                                        sampling=sampling))
 
     def ack_many(self, outcomes: Sequence[Ack]) -> dict[int, str]:
-        """Ack many outcomes in one request (up to 1000); a status per task id, never an exception for
+        """Ack many outcomes (more than 1,000 go in several requests); a status per task id, never an exception for
         a refused item (``lease_lost``, ``not_leased``, ``not_found`` are statuses here)."""
         return self._run(self._ops.ack_many(outcomes))
 

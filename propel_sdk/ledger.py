@@ -16,7 +16,7 @@ Rules (issue #37):
 * A flush never drops a batch. Outcomes leave the pending list only when the server answered for
   them. A refused item fails alone (422 naming it, a version the server cannot order, a 500 that
   ``/v1/status`` shows is not an outage) and becomes a :class:`Refusal` naming the task; the rest are
-  stored. More than :data:`MAX_BATCH` pending outcomes go in several requests.
+  stored. More than :data:`~propel_sdk.protocol.MAX_ACK_BATCH` pending outcomes go in several requests.
 * A connection error or 502/503/504 is retried with backoff by the transport, then the outcomes stay
   pending (``flush`` answers False); 401/403 raise, the outcomes stay pending.
 * A renew answered ``lease_lost`` / ``not_found`` is not believed once (#37 defect 9: two renews
@@ -40,6 +40,7 @@ from typing import Any
 from propel_sdk.protocol import (
     FLOW_ERRORS,
     LOST_STATUSES,
+    MAX_ACK_BATCH,
     Ack,
     Flow,
     LeasedTask,
@@ -51,8 +52,6 @@ from propel_sdk.protocol import (
 )
 
 log = logging.getLogger("propel_sdk.stream")
-#: the API's limit on one batched ack (``curriculum.store.queue.MAX_BATCH``)
-MAX_BATCH = 1000
 #: ack answers that mean the outcome is stored (``already_acked``: a retried request whose first try landed)
 STORED = frozenset({"acked", "late", "already_acked"})
 #: refusals of the outcome, not of the lease: the task stays held (renewed; a new report or close's nack)
@@ -111,7 +110,7 @@ class Ledger:
     version: str | int | None = None
     lease_s: float = 600.0
     ack_every: int = 16
-    max_batch: int = MAX_BATCH
+    max_batch: int = MAX_ACK_BATCH
     keep_messages: int = 4096
     on_refused: Callable[[Refusal], None] | None = None
     held: dict[int, Held] = field(default_factory=dict)  # leased, not reported (insertion = lease order)
@@ -194,6 +193,8 @@ class Ledger:
                 return True
             try:
                 yield from self._send(batch, isolate=False)
+                if any(self._id(a) in self.pending and self._id(a) not in self._in_flight for a in batch):
+                    return False  # the server did not answer for some: they stay pending, no loop on them
             except FLOW_ERRORS as err:
                 with self._lock:
                     self._in_flight.difference_update(self._id(a) for a in batch)

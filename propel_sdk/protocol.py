@@ -33,6 +33,8 @@ dumps, loads = orjson.dumps, orjson.loads
 T = TypeVar("T")
 #: HTTP statuses that mean "the API is restarting or behind a proxy that lost it": retried
 RETRY_STATUSES = frozenset({502, 503, 504})
+#: the most outcomes one ``POST /v1/tasks/ack`` takes (``curriculum.store.queue.MAX_BATCH``)
+MAX_ACK_BATCH = 1000
 #: a renew, ack or nack answer that says the lease is gone (409 lease_lost / not_leased, 404 not_found)
 LOST_STATUSES = frozenset({404, 409})
 #: a 500 may be a passing database failure or a request the server can never store: retried this often only
@@ -287,14 +289,18 @@ class Operations:
         return str(data["status"])
 
     def ack_many(self, outcomes: Sequence[Ack], *, retry_server_errors: bool = True) -> Flow[dict[int, str]]:
+        """A status per task id; more than :data:`MAX_ACK_BATCH` outcomes go in several requests."""
         body = []
         for o in outcomes:
             task_id, token = self.id_token(o.task, o.lease_token)
             body.append({"id": task_id, **ack_body(solved=o.solved, n=o.n, solver=o.solver, lease_token=token,
                                                    errors=o.errors, version=o.version,
                                                    version_order=o.version_order, sampling=o.sampling)})
-        data = yield Call("POST", "/v1/tasks/ack", {"outcomes": body}, retry_server_errors=retry_server_errors)
-        statuses = {int(r["id"]): str(r["status"]) for r in data["results"]}
+        statuses: dict[int, str] = {}
+        for i in range(0, len(body), MAX_ACK_BATCH):  # the API's limit per request
+            data = yield Call("POST", "/v1/tasks/ack", {"outcomes": body[i:i + MAX_ACK_BATCH]},
+                              retry_server_errors=retry_server_errors)
+            statuses.update((int(r["id"]), str(r["status"])) for r in data["results"])
         for task_id in statuses:
             self.forget(task_id)
         return statuses

@@ -11,7 +11,9 @@ import pytest
 
 from propel_sdk.ledger import LOST_AFTER, Ledger
 from propel_sdk.protocol import (
+    MAX_ACK_BATCH,
     SERVER_ERROR_RETRIES,
+    Ack,
     Call,
     LeasedTask,
     Operations,
@@ -218,3 +220,11 @@ def test_a_leased_task_object_is_what_the_ledger_hands_out() -> None:
     ledger = _ledger(server, 1)
     task = ledger.next_task()
     assert isinstance(task, LeasedTask) and task.id == 5 and ledger.next_task() is None
+
+
+def test_ack_many_splits_at_the_api_limit() -> None:
+    server = Server([], _ok)
+    outcomes = [Ack(i, solved=1, n=2, solver="pol", lease_token=f"tok{i}") for i in range(1, 2002)]
+    statuses = drive(Operations().ack_many(outcomes), server)
+    assert [len(c.body["outcomes"]) for c in server.calls] == [MAX_ACK_BATCH, MAX_ACK_BATCH, 1]  # type: ignore[index]
+    assert len(statuses) == 2001 and set(statuses.values()) == {"acked"}
