@@ -14,7 +14,7 @@ Replay a schedule with ``-k 'seed-7]'``; counts are printed per schedule (``-s``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,15 @@ class Result:
 _RESULTS: dict[int, Result] = {}
 
 
+@pytest.fixture(scope="module")
+def faults_store(pg_url: str) -> Iterator[Store]:
+    """One store for all schedules, never cleaned between them: each schedule has its own runs and
+    tasks (cleaning the database per schedule cost about a second each)."""
+    store = Store(pg_url)
+    yield store
+    store.dispose()
+
+
 def _result(seed: int, store: Store) -> Result:
     if seed not in _RESULTS:
         rig = Rig(store, seed)
@@ -52,8 +61,8 @@ def _params(seeds: Iterable[int]) -> list[Any]:
 
 
 @pytest.mark.parametrize("seed", _params(SEEDS))
-def test_no_outcome_lost_or_misattributed(seed: int, pg_store: Store) -> None:
-    _check(make_schedule(seed), _result(seed, pg_store))
+def test_no_outcome_lost_or_misattributed(seed: int, faults_store: Store) -> None:
+    _check(make_schedule(seed), _result(seed, faults_store))
 
 
 @pytest.mark.long  # ~10 process starts of `propel serve` (each restart and rotation is one)
@@ -108,10 +117,10 @@ def _check(sched: Schedule, res: Result) -> None:
 
 @pytest.mark.xfail(strict=True, reason="#37 defect 8, server side: an old token is answered already_acked")
 @pytest.mark.parametrize("seed", _params(s for s in SEEDS if "expiry" in make_schedule(s).faults))
-def test_an_old_token_is_told_lease_lost(seed: int, pg_store: Store) -> None:
+def test_an_old_token_is_told_lease_lost(seed: int, faults_store: Store) -> None:
     """A task whose lease lapsed and that another consumer acked: the trainer's own report of it must
     come back refused (``lease_lost``), not counted as stored."""
-    res = _result(seed, pg_store)
+    res = _result(seed, faults_store)
     p = res.played[0]
     stolen = set(p.reports) & set(p.thief)
     assert stolen - p.expected_refusals, "the schedule's expiry took none of the trainer's valid reports"
@@ -122,10 +131,10 @@ def test_an_old_token_is_told_lease_lost(seed: int, pg_store: Store) -> None:
 
 @pytest.mark.xfail(strict=True, reason="#37 defect 4, server side: labels keyed without the run")
 @pytest.mark.parametrize("seed", _params(s for s in SEEDS if make_schedule(s).replay))
-def test_replayed_runs_keep_their_own_labels(seed: int, pg_store: Store) -> None:
+def test_replayed_runs_keep_their_own_labels(seed: int, faults_store: Store) -> None:
     """Both runs ack the same tasks as the same solver version with different outcomes: each run's
     stored outcome keeps its label."""
-    res = _result(seed, pg_store)
+    res = _result(seed, faults_store)
     labels = set(res.labels)
     for p in res.played:
         for tid, (state, solved, n, solver) in res.rows[p.run].items():
