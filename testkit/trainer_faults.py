@@ -30,7 +30,7 @@ from propel_sdk.aio import AsyncPropelClient, AsyncTaskStream
 from propel_sdk.client import PropelClient, PropelClientError
 from propel_sdk.ledger import CloseSummary, Ledger
 from propel_sdk.torch_data import TaskStream
-from testkit.servers import RestartableServer, ServeProcess
+from testkit.servers import RestartableServer, ServeProcess, wait_http
 
 FAULTS = ("restart", "expiry", "bad_report", "unannounced", "rotation", "outage_1000", "replay")
 SOLVER, THIEF, N = "pol", "thief", 4
@@ -156,6 +156,7 @@ class Rig:
             s.execute(update(QueueItem).where(QueueItem.run_id == run_id, QueueItem.task_id.in_(victims),
                                               QueueItem.state == "leased")
                       .values(lease_until=queue.utcnow() - timedelta(seconds=1)))
+        wait_http(f"{self.servers[run].url}/openapi.json", 90)  # a restart may be under way: the thief waits
         with PropelClient(self.servers[run].url, token=self.token, backoff_s=0.05, max_backoff_s=0.3) as thief:
             for task in thief.lease(len(victims), lease_s=60, consumer="thief"):
                 if thief.ack(task, solved=1, n=N, solver=THIEF, version="step-1") in ("acked", "late"):
