@@ -34,6 +34,7 @@ from curriculum.store.selection import MixtureKey, Selection, lease_selected, un
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
 from daemon.http.fields import Text, VersionText
+from daemon.http.following import NoticeLog, following
 from daemon.http.pressure import NOTHING_LEASED, ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
@@ -65,6 +66,8 @@ class ApiContext:
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
     pressure: ApiPressure | None = None  # marked by queue requests answered with work (``propel run`` yields to them)
+    followed: tuple[str, ...] = ()  # solver names this daemon follows (empty: unknown, nothing is said)
+    notices: NoticeLog = field(default_factory=NoticeLog)  # "not followed", logged once per name
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -414,6 +417,7 @@ def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckReque
         if (name, version, body.version_order) not in seen:
             seen.add((name, version, body.version_order))
             _register(s, name, version, body.version_order)
+    ctx.notices.once(sorted({name for name, _, _ in seen}), ctx.followed)
     frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band())
 
 
@@ -435,10 +439,15 @@ def _outcome(task_id: int, body: AckRequest) -> frontier_labels.TrainerOutcome:
 def _status_routes(app: FastAPI) -> None:
     @app.get("/v1/status", tags=["status"])
     def status(ctx: Ctx) -> Any:
-        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes
+        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes,
+        every solver version (``frontier``) and ``following``: the followed solver names, and once per
+        trainer-announced or acked name that is not followed, why and the setting that changes it
         (503 with the reason when the store does not answer)."""
         try:
-            return daemon_status(ctx.store, ctx.run_name)
+            info = daemon_status(ctx.store, ctx.run_name)
+            with ctx.store.session() as s:
+                info["following"] = following(s, ctx.followed)
+            return info
         except (SQLAlchemyError, StoreError) as err:
             reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
             return JSONResponse({"detail": f"store unreachable: {reason}"}, status_code=503)
