@@ -34,7 +34,7 @@ def version_rows(sess: Session, run_id: int | None) -> list[dict[str, Any]]:
         if in_band is not None:
             c[f"{source}_known"] = c.get(f"{source}_known", 0) + int(n)
             c[f"{source}_in_band"] = c.get(f"{source}_in_band", 0) + int(bool(in_band)) * int(n)
-    drifts = {(m.solver, m.new_version): m for m in drift.measurements(sess, run_id)}
+    drifts = {} if run_id is None else {(m.solver, m.new_version): m for m in drift.measurements(sess, run_id)}
     rows = []
     registered = set(sess.execute(select(SolverVersionRow.solver, SolverVersionRow.version)).tuples())
     for name in sorted({n for n, _ in counts} | {n for n, _ in drifts} | {n for n, _ in registered}):

@@ -38,6 +38,7 @@ from daemon.http.following import NoticeLog, following
 from daemon.http.pressure import NOTHING_LEASED, ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
+from daemon.http.task_stats import stats_route
 from probes.band import Band
 
 QueueState = Literal["ready", "leased", "acked", "dead", "stale"]
@@ -270,6 +271,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _export_route(app)
+    stats_route(app, Auth)
     _status_routes(app)
     solver_routes(app, Auth)
     try:
