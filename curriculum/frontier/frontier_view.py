@@ -36,7 +36,7 @@ def version_rows(sess: Session, run_id: int | None) -> list[dict[str, Any]]:
             c[f"{source}_in_band"] = c.get(f"{source}_in_band", 0) + int(bool(in_band)) * int(n)
     drifts = {} if run_id is None else {(m.solver, m.new_version): m for m in drift.measurements(sess, run_id)}
     rows = []
-    registered = set(sess.execute(select(SolverVersionRow.solver, SolverVersionRow.version)).tuples())
+    registered = {(n, v) for n, v in sess.execute(select(SolverVersionRow.solver, SolverVersionRow.version))}
     for name in sorted({n for n, _ in counts} | {n for n, _ in drifts} | {n for n, _ in registered}):
         known = solver_versions.versions(sess, name)
         ages = solver_versions.ages(known)

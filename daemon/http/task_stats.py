@@ -104,7 +104,7 @@ def served_mix(sess: Session, run_id: int, states: Sequence[str] = SERVED_STATES
         q = q.where(QueueItem.solver == solver)
     mixes: dict[str | None, _Mix] = {}
     cache: dict[str, Features | None] = {}
-    for item, domain, text, payload in sess.execute(q).tuples():
+    for item, domain, text, payload in sess.execute(q):
         task = Task(domain=domain, text=text, payload=payload or {})
         mixes.setdefault(item.solver, _Mix()).add(item, task, _features_of(domain, cache))
     by = sorted(mixes.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
