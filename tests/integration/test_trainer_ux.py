@@ -76,6 +76,9 @@ def test_not_followed_is_said_once_with_the_setting(api: Api, api_log: Lines) ->
     assert first["followed"] is False and again["followed"] is False and ours["followed"] is True
     assert 'solver.name = "trl-policy"' in first["notice"] and repr(FOLLOWED) in first["notice"]
     assert "notice" not in ours
+    cli_out = CliRunner().invoke(cli, ["solver", "announce", "trl-policy", "step-150", "--url", url],
+                                 env={"PROPEL_API_TOKEN": TOKEN})
+    assert cli_out.exit_code == 0 and 'note: solver \'trl-policy\' is not followed' in cli_out.stderr
     said = [line for line in api_log.lines if "is not followed" in line]
     assert len([x for x in said if "'trl-policy'" in x]) == 1  # two announces and an ack: one line
     assert len([x for x in said if "'acker-only'" in x]) == 1  # known only through an ack
