@@ -76,8 +76,9 @@ _QUEUE = _as_table(QueueItem.__table__)
 _Q = _QUEUE.c
 #: Most items one ``ack_many`` call takes (bind parameters stay far below PostgreSQL's limit).
 MAX_BATCH = 1000
-#: Key of the stored message of an acked row that holds what the outcome columns cannot (``errors``);
-#: export moves it into the record's ``queue.outcome`` (no schema change: ``message`` is JSON).
+#: Key of the stored message of an acked row that holds what the outcome columns cannot (``errors``,
+#: written only when non-zero); export moves it into the record's ``queue.outcome`` (no schema
+#: change: ``message`` is JSON).
 OUTCOME_KEY = "_outcome"
 
 
@@ -283,10 +284,11 @@ def _ack_chunk(sess: Session, chunk: Sequence[Outcome], run_id: int, now: dateti
     if sess.get_bind().dialect.name != "postgresql":
         done: dict[int, datetime | None] = {}
         for o in chunk:
-            extra = func.json_set(_Q.message, f"$.{OUTCOME_KEY}", func.json_object("errors", o.errors))
+            extra = {"message": func.json_set(_Q.message, f"$.{OUTCOME_KEY}", func.json_object("errors", o.errors))
+                     } if o.errors else {}
             row = sess.execute(update(_QUEUE).where(*_holds(run_id, o.task_id, o.lease_token)).values(
                 state="acked", acked_at=now, outcome_solved=o.solved, outcome_n=o.n, outcome_solver=o.solver,
-                message=extra,
+                **extra,
             ).returning(_Q.task_id, _Q.lease_until).execution_options(synchronize_session=False)).first()
             if row is not None:
                 done[int(row.task_id)] = row.lease_until
@@ -306,8 +308,10 @@ def _pg_ack_statement() -> Executable:
                     bindparam("solved", type_=ARRAY(Integer)), bindparam("ns", type_=ARRAY(Integer)),
                     bindparam("solvers", type_=ARRAY(String)), bindparam("errs", type_=ARRAY(Integer))).table_valued(
         "tid", "tok", "solved", "n", "solver", "errors").render_derived(name="v")
+    # Only an outcome with errors rewrites the message (measured: the JSON round trip on every ack
+    # cost about a third of the store's ack throughput); no key means 0 errors.
     extra = func.jsonb_build_object(OUTCOME_KEY, func.jsonb_build_object("errors", v.c.errors))
-    message = cast(cast(_Q.message, JSONB).op("||")(extra), JSON)
+    message = case((v.c.errors > 0, cast(cast(_Q.message, JSONB).op("||")(extra), JSON)), else_=_Q.message)
     return (update(_QUEUE).where(*_holds(bindparam("b_run"), v.c.tid, v.c.tok))
             .values(state="acked", acked_at=bindparam("b_now", type_=_Q.acked_at.type), message=message,
                     outcome_solved=v.c.solved, outcome_n=v.c.n, outcome_solver=v.c.solver)
