@@ -340,7 +340,8 @@ def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, Item
         if run_id is None:
             return {tid: ItemResult(tid, queue.AckStatus.NOT_FOUND) for tid, _ in items}
         bad = _register_versions(s, [b for _, b in items])
-        ok = [(tid, b) for tid, b in items if _version_key(b) not in bad]
+        # task order: two batches touching the same rows (two runs replaying one task) lock them alike
+        ok = sorted(((tid, b) for tid, b in items if _version_key(b) not in bad), key=lambda it: it[0])
         statuses = queue.ack_many(s, [b.outcome(tid) for tid, b in ok], run_id=run_id)
         _store_outcomes(s, ctx, [(tid, b) for tid, b in ok if statuses[tid].accepted])
     results = {tid: ItemResult(tid, st) for tid, st in statuses.items()}
