@@ -89,6 +89,15 @@ def test_single_ack_with_a_too_long_solver_id_is_a_422_naming_the_limit(api: tup
     assert "258 characters" in resp.text and f"at most {solver_versions.SOLVER_ID_MAX}" in resp.text
 
 
+def test_announcing_a_version_whose_id_is_too_long_is_a_422(api: tuple[str, Store]) -> None:
+    """Its acks could never be stored: refused where the trainer first names it (#37.3)."""
+    url, store = api
+    resp = httpx.post(f"{url}/v1/solvers/{'n' * 200}/versions", json={"version": "v" * 100}, headers=AUTH)
+    assert resp.status_code == 422 and "301 characters" in resp.text and "shorten" in resp.text
+    with store.session() as s:
+        assert solver_versions.versions(s, "n" * 200) == []
+
+
 def test_old_token_is_told_lease_lost_over_http(api: tuple[str, Store]) -> None:
     """(#37.8) After the new holder acked, the old holder's ack is a 409, not ``200 already_acked``."""
     url, store = api
