@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum import frontier_labels, retrain, solver_versions
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain, random_expression
-from curriculum.retrain import run_retrain
-from curriculum.solvers.base import Sampling
+from curriculum.frontier import frontier_labels
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.labelling.spotcheck import harvest_labels, run_spotcheck
+from curriculum.probing import retrain
+from curriculum.probing.retrain import run_retrain
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import harvest_labels, run_spotcheck
-from curriculum.staleness import StalenessPolicy
-from curriculum.store import lineage, queue, repo
+from curriculum.store import lineage, queue, repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, QueueItem
 from daemon.loop.driver import Driver

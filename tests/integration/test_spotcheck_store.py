@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import ArithDomain
-from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
+from curriculum.labelling.spotcheck import false_positives, harvest_labels, run_spotcheck
 from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, SolverTrial

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from curriculum.domains.arith import ArithDomain
-from curriculum.retrain import load_samples, run_retrain
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing.retrain import load_samples, run_retrain
 from curriculum.solvers import build_solver
-from curriculum.staleness import StalenessPolicy
 from curriculum.store import queue
 from curriculum.store.db import Store
 from daemon.http.api import ApiContext, create_app

@@ -1,6 +1,6 @@
 """Labels across sources and solver versions: trainer outcomes become labels; every reader of labels
 (aux retrain, primary refresh, drift, dashboard) gets them through :func:`usable_labels`, which
-applies the staleness policy (:mod:`curriculum.staleness`) for one solver name.
+applies the staleness policy (:mod:`curriculum.frontier.staleness`) for one solver name.
 
 A trainer's ack ``solved`` of ``n`` attempts with ``errors`` infrastructure failures is a label
 with ``valid_trials = n − errors`` (errors are excluded, never counted as failures), ``source =
@@ -18,10 +18,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from curriculum import solver_versions
-from curriculum.spotcheck import LabelValue
-from curriculum.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
-from curriculum.store import repo
+from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
+from curriculum.labelling.spotcheck import LabelValue
+from curriculum.store import repo, solver_versions
 from curriculum.store.models import Label, TaskRow
 from probes.band import Band
 
@@ -51,7 +50,7 @@ class TrainerOutcome:
 
 def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band) -> list[LabelValue]:
     """Store trainer outcomes as ``consumer`` labels of ``name@version`` in one multi-row write (the
-    versions must be registered already: see :func:`curriculum.solver_versions.register`)."""
+    versions must be registered already: see :func:`curriculum.store.solver_versions.register`)."""
     labs = [trainer_label(o.solved, o.n, o.errors, band) for o in outcomes]
     repo.upsert_labels(sess, [
         repo.NewLabel(o.task_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n, solved=o.solved,
@@ -89,7 +88,8 @@ def labels_written(sess: Session, solver_name: str, run_id: int) -> int:
 
 def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int | None = None,
                   task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[Weighted]:
-    """The labels of ``solver_name`` that still count under ``policy`` (see :func:`curriculum.staleness.weigh`)."""
+    """The labels of ``solver_name`` that still count under ``policy``
+    (see :func:`curriculum.frontier.staleness.weigh`)."""
     ages = solver_versions.ages(solver_versions.versions(sess, solver_name))
     return weigh(label_records(sess, solver_name, run_id=run_id, task_ids=task_ids, sources=sources),
                  solver_name, ages, policy)
