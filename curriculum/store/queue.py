@@ -22,7 +22,7 @@ Semantics (at-least-once delivery, exactly-one outcome):
   task again with that token answers ``already_acked`` and changes nothing (an idempotent retry),
   with any other token ``lease_lost`` (the outcome was *not* stored). ``ack_many`` acks a batch in one
   statement with a status per item; an item the store cannot take (a solver id longer than
-  :data:`~curriculum.solver_versions.SOLVER_ID_MAX`) is ``invalid`` on its own.
+  :data:`~curriculum.store.solver_versions.SOLVER_ID_MAX`) is ``invalid`` on its own.
 * ``nack`` returns a leased row to ``ready`` at once (or to ``dead`` once attempts are spent);
   ``tried=False`` (the task was never tried) also gives the delivery attempt back.
 * ``renew`` extends the lease to ``now + lease_s`` in one conditional statement.
@@ -61,9 +61,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Session
 
-from curriculum.solver_versions import SOLVER_ID_MAX
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import QueueItem, utcnow
+from curriculum.store.solver_versions import SOLVER_ID_MAX
 
 
 def _as_table(table: object) -> Table:

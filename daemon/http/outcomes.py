@@ -8,8 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from curriculum import solver_versions
-from curriculum.store import queue
+from curriculum.store import queue, solver_versions
 from daemon.http.fields import Text, VersionText
 
 LeaseTokenField = Field(min_length=1, max_length=64, description="the lease_token from the lease answer (required)")
@@ -30,7 +29,7 @@ class AckRequest(BaseModel):
     """A trainer's outcome for one task. The single definition of an outcome: the batched ack reuses it.
 
     ``solver`` is a name with ``version`` given separately, or (older trainers) ``name@version``; the
-    stored id ``name@version`` is at most :data:`~curriculum.solver_versions.SOLVER_ID_MAX` characters.
+    stored id ``name@version`` is at most :data:`~curriculum.store.solver_versions.SOLVER_ID_MAX` characters.
     ``errors`` are attempts that failed for infrastructure reasons: excluded from the count.
     """
 

@@ -11,8 +11,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from curriculum import solver_versions
-from curriculum.store import queue
+from curriculum.store import queue, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem, utcnow
 from curriculum.store.queue import AckStatus, Outcome
