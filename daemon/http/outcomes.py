@@ -86,9 +86,15 @@ class AckBatchRequest(BaseModel):
     invalid item (or a task id repeated in the batch) gets its own ``invalid`` result, the rest are
     acked."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "properties": {"outcomes": {"type": "array", "items": {"$ref": "#/components/schemas/AckItem"}}}})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema: _document_items(schema))
     outcomes: list[Any] = Field(min_length=1, max_length=queue.MAX_BATCH)
+
+
+def _document_items(schema: dict[str, Any]) -> None:
+    """The OpenAPI schema shows each item as an :class:`AckItem` (it is validated as one, item by item)."""
+    item = AckItem.model_json_schema(ref_template="#/components/schemas/{model}")
+    item.pop("$defs", None)
+    schema["properties"]["outcomes"]["items"] = item
 
 
 @dataclass(frozen=True)
