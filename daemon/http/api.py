@@ -3,8 +3,9 @@
 Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_TOKEN`` when a token
 is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
 JSON or out-of-range fields get 422 (in a batched ack: an ``invalid`` result for that item alone).
-Acked outcomes are stored as labels (source ``consumer``) of the solver version that made them; they feed probe retraining, calibration and drift like
-spot-check labels (:mod:`curriculum.frontier.frontier_labels`). ``/v1/solvers/...`` announces versions.
+Acked outcomes are stored as labels (source ``consumer``) of the solver version that made them;
+they feed probe retraining, calibration and drift like spot-check labels
+(:mod:`curriculum.frontier.frontier_labels`). ``/v1/solvers/...`` announces versions.
 """
 
 from __future__ import annotations
