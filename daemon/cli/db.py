@@ -62,7 +62,7 @@ def db_current(ctx: click.Context) -> None:
 def status_command(ctx: click.Context) -> None:
     """Show what the store holds: schema revision, row counts, queue, daemon state."""
     from daemon.http.following import following
-    from daemon.service.settings import followed_solver_name
+    from daemon.service.settings import followed_names
 
     cfg = _config(ctx)
     store = Store(cfg.database_url)
@@ -75,7 +75,7 @@ def status_command(ctx: click.Context) -> None:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
-            follow = following(sess, (followed_solver_name(cfg),))
+            follow = following(sess, followed_names(cfg))
     finally:
         store.dispose()
     console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "

@@ -98,6 +98,15 @@ def followed_solver_name(cfg: PropelConfig) -> str:
     return build_configured_solver(cfg).solver_id
 
 
+def followed_names(cfg: PropelConfig) -> tuple[str, ...]:
+    """:func:`followed_solver_name` for the API and ``propel status``: empty (say nothing about
+    following) when the configured solver cannot be built here, e.g. its model is not installed."""
+    try:
+        return (followed_solver_name(cfg),)
+    except (ValueError, OSError, ImportError):
+        return ()
+
+
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)

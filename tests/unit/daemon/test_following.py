@@ -7,7 +7,7 @@ from daemon.cli.status_text import wrap
 from daemon.config import load_config
 from daemon.http.following import notice
 from daemon.http.task_stats import bins, quantiles
-from daemon.service.settings import build_configured_solver, followed_solver_name
+from daemon.service.settings import build_configured_solver, followed_names, followed_solver_name
 
 
 def test_notice_names_the_followed_solver_and_the_setting() -> None:
@@ -24,6 +24,9 @@ def test_followed_name_is_the_spot_checkers_name() -> None:
     assert followed_solver_name(named) == "my-policy"
     hf = cfg.model_copy(update={"solver": cfg.solver.model_copy(update={"backend": "hf", "model": "ck/{version}"})})
     assert followed_solver_name(hf) == build_configured_solver(hf).solver_id == "hf:ck/{version}"  # nothing loads
+    unbuildable = cfg.model_copy(update={"solver": cfg.solver.model_copy(update={"backend": "hf", "model": None})})
+    assert followed_names(unbuildable) == ()  # status and the API then say nothing about following
+    assert followed_names(named) == ("my-policy",)
 
 
 def test_quantiles_and_bins() -> None:
