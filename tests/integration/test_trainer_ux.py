@@ -17,8 +17,11 @@ from curriculum.domains.arith import ArithDomain
 from curriculum.store import queue, repo
 from curriculum.store.db import Store
 from daemon.cli.main import cli
+from daemon.config import load_config
 from daemon.http.api import ApiContext, create_app
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_gauges
+from daemon.service.api_app import build_api_app
+from daemon.service.settings import followed_solver_name
 from propel_sdk.client import PropelClient
 from testkit.messages import frontier_message
 from testkit.seeding import seed
@@ -162,3 +165,16 @@ def test_served_mix_by_solver_over_http_and_cli(api: Api) -> None:
     lines = out.stdout.splitlines()
     assert "solver pol · 3 task(s)" in lines and all(len(line) <= 80 for line in lines)
     assert any(line.strip().startswith("operators: 1 1 (33%)") for line in lines)
+
+
+def test_the_configured_api_follows_the_config_solver(store: Store) -> None:
+    """``propel run`` / ``propel serve`` build the API from the config: the default embedded run follows
+    its synthetic solver, and a trainer's announce is told so with the setting."""
+    cfg = load_config(None)
+    with serve_app(build_api_app(cfg, store, build_metrics())) as url, PropelClient(url) as client:
+        got = client.announce("my-trainer", "step-1")
+        status = client.status()
+    daemon_name = followed_solver_name(cfg)
+    assert daemon_name.startswith("synthetic:") and status["following"]["followed"] == [daemon_name]
+    assert got["followed"] is False and repr(daemon_name) in got["notice"]
+    assert 'solver.name = "my-trainer"' in got["notice"]
