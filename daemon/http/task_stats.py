@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.params import Depends as DependsParam
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from curriculum.domains.base import Task, get_domain
@@ -63,7 +63,7 @@ class _Mix:
     prompt_chars: list[float] = field(default_factory=list)
     features: dict[str, Counter[str]] = field(default_factory=dict)
 
-    def add(self, q: QueueItem, task: Task, features: Features | None) -> None:
+    def add(self, q: Row[Any], task: Task, features: Features | None) -> None:
         self.states[q.state] += 1
         self.domains[task.domain] += 1
         self.topics[q.topic or "(none)"] += 1
@@ -97,16 +97,17 @@ def served_mix(sess: Session, run_id: int, states: Sequence[str] = SERVED_STATES
                limit: int = 10_000) -> dict[str, Any]:
     """The mix of the run's newest ``limit`` queue rows in ``states`` (of ``solver`` only when given),
     one entry per target solver (``null``: selected for no particular solver)."""
-    q = (select(QueueItem, TaskRow.domain, TaskRow.text, TaskRow.payload).join(TaskRow, TaskRow.id == QueueItem.task_id)
+    q = (select(QueueItem.state, QueueItem.topic, QueueItem.predicted_in_band, QueueItem.solver, QueueItem.message,
+                TaskRow.domain, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
          .where(QueueItem.run_id == run_id, QueueItem.state.in_(list(states)))
          .order_by(QueueItem.enqueued_at.desc(), QueueItem.id.desc()).limit(limit))
     if solver is not None:
         q = q.where(QueueItem.solver == solver)
     mixes: dict[str | None, _Mix] = {}
     cache: dict[str, Features | None] = {}
-    for item, domain, text, payload in sess.execute(q):
-        task = Task(domain=domain, text=text, payload=payload or {})
-        mixes.setdefault(item.solver, _Mix()).add(item, task, _features_of(domain, cache))
+    for row in sess.execute(q):  # the task's text is what the domain describes (no payload is read)
+        task = Task(domain=row.domain, text=row.text)
+        mixes.setdefault(row.solver, _Mix()).add(row, task, _features_of(row.domain, cache))
     by = sorted(mixes.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
     return {"states": list(states), "limit": limit, "tasks": sum(sum(m.states.values()) for m in mixes.values()),
             "solvers": [m.answer(name) for name, m in by]}
