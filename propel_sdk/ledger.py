@@ -220,7 +220,7 @@ class Ledger:
         if not batch:
             return
         try:
-            answers = yield from self.ops.ack_many(batch, retry_server_errors=not isolate)
+            answers = yield from self.ops.ack_many_detailed(batch, retry_server_errors=not isolate)
         except PropelClientError as err:
             if err.status not in (422, 500):
                 raise
@@ -266,20 +266,20 @@ class Ledger:
         self._server_ok = True  # for the rest of this flush
         return True
 
-    def _settle(self, batch: list[Ack], answers: Mapping[int, str]) -> None:
+    def _settle(self, batch: list[Ack], answers: Mapping[int, tuple[str, str]]) -> None:
         for a in batch:
             tid = self._id(a)
-            status = answers.get(tid)
-            if status is None:  # not answered for: stays pending
+            if tid not in answers:  # not answered for: stays pending
                 with self._lock:
                     self._in_flight.discard(tid)
                 continue
+            status, detail = answers[tid]
             self.statuses[status] = self.statuses.get(status, 0) + 1
             if status in STORED:
                 self.acked += status != "already_acked"
                 self._done(tid)
-            else:
-                self._refuse(a, status, f"ack answered {status}")
+            else:  # lease_lost …, or ``invalid`` with the server's detail (a per-item refusal)
+                self._refuse(a, status, detail or f"ack answered {status}")
 
     def _refuse(self, outcome: Ack, status: str, detail: str) -> None:
         refusal = Refusal(self._id(outcome), status, detail, outcome)

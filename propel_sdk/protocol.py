@@ -290,17 +290,23 @@ class Operations:
 
     def ack_many(self, outcomes: Sequence[Ack], *, retry_server_errors: bool = True) -> Flow[dict[int, str]]:
         """A status per task id; more than :data:`MAX_ACK_BATCH` outcomes go in several requests."""
+        answers = yield from self.ack_many_detailed(outcomes, retry_server_errors=retry_server_errors)
+        return {tid: status for tid, (status, _) in answers.items()}
+
+    def ack_many_detailed(self, outcomes: Sequence[Ack], *,
+                          retry_server_errors: bool = True) -> Flow[dict[int, tuple[str, str]]]:
+        """:meth:`ack_many` with each item's ``detail`` (why an ``invalid`` item was refused; else "")."""
         body = []
         for o in outcomes:
             task_id, token = self.id_token(o.task, o.lease_token)
             body.append({"id": task_id, **ack_body(solved=o.solved, n=o.n, solver=o.solver, lease_token=token,
                                                    errors=o.errors, version=o.version,
                                                    version_order=o.version_order, sampling=o.sampling)})
-        statuses: dict[int, str] = {}
+        statuses: dict[int, tuple[str, str]] = {}
         for i in range(0, len(body), MAX_ACK_BATCH):  # the API's limit per request
             data = yield Call("POST", "/v1/tasks/ack", {"outcomes": body[i:i + MAX_ACK_BATCH]},
                               retry_server_errors=retry_server_errors)
-            statuses.update((int(r["id"]), str(r["status"])) for r in data["results"])
+            statuses.update((int(r["id"]), (str(r["status"]), str(r.get("detail") or ""))) for r in data["results"])
         for task_id in statuses:
             self.forget(task_id)
         return statuses

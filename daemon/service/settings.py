@@ -88,6 +88,25 @@ def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
     return build_solver(**solver_kwargs(cfg))
 
 
+def followed_solver_name(cfg: PropelConfig) -> str:
+    """The solver name this daemon follows: ``solver.name``, else the configured backend's id (an
+    ``hf`` model is named from its path without loading it; the others are cheap to construct)."""
+    if cfg.solver.name:
+        return cfg.solver.name
+    if cfg.solver.backend == "hf" and cfg.solver.model:
+        return f"hf:{cfg.solver.model}"  # HFSolver and VersionedHFSolver: "hf:" + the configured model
+    return build_configured_solver(cfg).solver_id
+
+
+def followed_names(cfg: PropelConfig) -> tuple[str, ...]:
+    """:func:`followed_solver_name` for the API and ``propel status``: empty (say nothing about
+    following) when the configured solver cannot be built here, e.g. its model is not installed."""
+    try:
+        return (followed_solver_name(cfg),)
+    except (ValueError, OSError, ImportError):
+        return ()
+
+
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)

@@ -228,7 +228,6 @@ def test_close_nacks_read_ahead_as_untried(api: tuple[str, Store, ApiContext]) -
     assert {queue[t][0] for t in ids} == {"ready"} and queue[handed][1] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="#36 item 4, server side: nack's tried=false gives the attempt back")
 def test_an_untried_nack_costs_no_delivery_attempt(api: tuple[str, Store, ApiContext]) -> None:
     ids, handed, _ = _close_after_one(api[0], api[1])
     queue = _queue(api[1], ids)

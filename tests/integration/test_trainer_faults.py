@@ -6,9 +6,10 @@ piles up more than 1,000 acks, two runs replaying the same tasks.
 
 Invariant: every leased task ends with exactly one stored outcome, the one its reporter sent, of
 the right run and version, or back in the queue; no reported outcome is silently lost (each is
-stored or refused); every refusal reaches the trainer naming the task. Two parts hold only once
-the server side of #37 is merged (defect 8: an old token told ``already_acked``; defect 4: labels
-keyed without the run); they are strict xfails, one test per schedule that exercises them.
+stored or refused); every refusal reaches the trainer naming the task. A stolen task's report
+(#37 defect 8, fixed on the server) and the labels of a replaying run (defect 4: labels keyed
+without the run; a strict xfail until the labels change is merged) have their own tests, one per
+schedule that exercises them.
 Replay a schedule with ``-k 'seed-7]'``; counts are printed per schedule (``-s``).
 """
 
@@ -115,7 +116,6 @@ def _check(sched: Schedule, res: Result) -> None:
         assert len(trainer_stored) + len(p.refused) + len(set(p.thief) - set(p.refused)) >= len(p.reports)
 
 
-@pytest.mark.xfail(strict=True, reason="#37 defect 8, server side: an old token is answered already_acked")
 @pytest.mark.parametrize("seed", _params(s for s in SEEDS if "expiry" in make_schedule(s).faults))
 def test_an_old_token_is_told_lease_lost(seed: int, faults_store: Store) -> None:
     """A task whose lease lapsed and that another consumer acked: the trainer's own report of it must
