@@ -56,6 +56,9 @@ def solver_routes(app: FastAPI, auth: DependsParam) -> None:
     def announce(name: NamePath, body: AnnounceRequest, request: Request) -> dict[str, Any]:
         """Announce a version of solver ``name`` (idempotent; registers an unknown name)."""
         name = _printable_name(name)
+        too_long = solver_versions.solver_id_problem(name, body.version)
+        if too_long:  # its acks and labels could never be stored (#37.3)
+            raise HTTPException(422, f"version: {too_long}")
         with _store(request).session() as s:
             try:
                 got = solver_versions.register(s, name, body.version, body.order, source="announce")
