@@ -12,6 +12,7 @@ from curriculum.store.db import Store
 from daemon.cli.common import console, get_config
 from daemon.cli.status_text import following_lines, version_lines
 from daemon.config import PropelConfig, mask_url
+from daemon.http.run_status import daemon_status
 from migrations import current_revision, downgrade, head_revision, upgrade
 
 
@@ -76,6 +77,7 @@ def status_command(ctx: click.Context) -> None:
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
             follow = following(sess, followed_names(cfg))
+        info = daemon_status(store, cfg.run_name, frontier=False)
     finally:
         store.dispose()
     console.print(f"[bold]propel[/bold] run [cyan]{cfg.run_name}[/cyan] · domain {cfg.domain.name} · "
@@ -89,6 +91,9 @@ def status_command(ctx: click.Context) -> None:
     console.print(table)
     queue = ", ".join(f"{k}={v}" for k, v in sorted(depths.items())) or "empty"
     console.print(f"queue  {queue}", highlight=False)
+    for key, label in (("spotcheck_pace", "budget"), ("utility", "utility")):
+        if info.get(key):
+            console.print(f"{label}  {info[key]['line']}", highlight=False)
     _print_frontier(frontier)
     for line in following_lines(follow):
         click.echo(line)

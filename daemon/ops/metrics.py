@@ -41,7 +41,19 @@ GAUGES: dict[str, tuple[str, str]] = {
     "false_positive_rate": ("propel_false_positive_ratio", "Spot-checked probe-high tasks outside the band"),
     "spotcheck_utility": ("propel_spotcheck_utility_ratio", "Spot-checked tasks (all) that were in band"),
     "solver_budget_used": ("propel_solver_budget_used_ratio", "Spot-check solver budget used this hour"),
+    "solver_budget_left": ("propel_solver_budget_left_tasks", "Spot-check tasks left of this hour's budget"),
+    "spotcheck_tokens": ("propel_spotcheck_tokens", "Spot-check tasks the pacing bucket holds after the last "
+                         "spot-check phase"),
     "retrain_pending": ("propel_retrain_pending", "1 while an aux-probe retrain job has no outcome yet"),
+    "verified_utility": ("propel_verified_utility_ratio", "In-band share of the spot-check labels of probe-high "
+                         "tasks of the last emission.verified_window_cycles cycles (absent: unverified)"),
+    "verified_labels": ("propel_verified_labels", "Labels the verified utility is over (0: unverified)"),
+    "probes_suspect": ("propel_probes_suspect", "1 while hacking signals say the probes are not trustworthy "
+                       "(degraded: probes_suspect; only verified tasks are emitted)"),
+    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the run's "
+                 "first sampled cycle (drift from the probes' training distribution)"),
+    "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
+                         "cycles (degraded: emission_stalled)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }
@@ -55,6 +67,8 @@ TOTALS: dict[str, tuple[str, str]] = {
     "primary_refreshes": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
+    "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity "
+                  "collapse)"),
 }
 #: Gauges that read NaN until first measured: a 0 there would read as "measured, nothing found".
 UNMEASURED_NAN: tuple[str, ...] = ("drift_score",)
