@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from curriculum import drift, solver_versions
 from curriculum.store import repo
-from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
+from curriculum.store.models import Label, ProbeRow, QueueItem
 
 
 def _rate(in_band: int, known: int) -> float | None:
@@ -21,9 +21,9 @@ def _rate(in_band: int, known: int) -> float | None:
 
 
 def version_rows(sess: Session, run_id: int) -> list[dict[str, Any]]:
-    """One row per (solver name, version) with labels of the run's tasks, newest version first per name."""
+    """One row per (solver name, version) with labels the run wrote, newest version first per name."""
     q = (select(Label.solver_name, Label.solver_version, Label.source, Label.in_band, func.count())
-         .join(TaskRow, TaskRow.id == Label.task_id).where(TaskRow.run_id == run_id)
+         .where(Label.run_id == run_id)
          .group_by(Label.solver_name, Label.solver_version, Label.source, Label.in_band))
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for name, version, source, in_band, n in sess.execute(q):

@@ -269,10 +269,11 @@ def _sequential(solver: SolverBackend, runner: AttemptRunner, tasks: dict[int, T
     return sum(1 for t in tids if len(have[t]) < band.k)
 
 
-def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: Band,
+def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: Band, *, run_id: int,
                    source: str = "spotcheck", sequential: bool = False) -> dict[int, LabelValue]:
-    """Label every task that has all ``k`` trials stored — with ``sequential``, every task whose stored
-    trials settle its label (:func:`settled`; all ``k`` always do); tasks still in flight are left out.
+    """Label (for run ``run_id``) every task that has all ``k`` trials stored — with ``sequential``, every
+    task whose stored trials settle its label (:func:`settled`; all ``k`` always do); tasks still in flight
+    are left out.
 
     The stored row's ``k`` is the attempts behind it (``band.k``, or fewer for a label settled early)."""
     with store.session() as s:
@@ -286,7 +287,7 @@ def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: 
               if len(o) >= band.k or (sequential and settled(o, band))}
     with store.session() as s:
         for tid, lab in labels.items():
-            repo.upsert_label(s, tid, solver_id, source, k=lab.attempts or band.k, solved=lab.solved,
+            repo.upsert_label(s, tid, solver_id, source, run_id=run_id, k=lab.attempts or band.k, solved=lab.solved,
                               valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band)
     return labels
 

@@ -400,12 +400,12 @@ def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queu
         if run_id is None:
             return {tid: queue.AckStatus.NOT_FOUND for tid, _ in items}
         statuses = queue.ack_many(s, outcomes, run_id=run_id)
-        _store_outcomes(s, ctx, [(tid, b) for tid, b in items if statuses[tid].accepted])
+        _store_outcomes(s, ctx, run_id, [(tid, b) for tid, b in items if statuses[tid].accepted])
     return statuses
 
 
-def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
-    """One ``consumer`` label per accepted ack, of the solver version that made it, in one multi-row
+def _store_outcomes(s: Session, ctx: ApiContext, run_id: int, items: list[tuple[int, AckRequest]]) -> None:
+    """One ``consumer`` label of run ``run_id`` per accepted ack, of the solver version that made it, in one multi-row
     write; each distinct version is registered once. The queue accepts one outcome per task, so each
     label is written once."""
     seen: set[tuple[str, str, int | None]] = set()
@@ -414,7 +414,8 @@ def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckReque
         if (name, version, body.version_order) not in seen:
             seen.add((name, version, body.version_order))
             _register(s, name, version, body.version_order)
-    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band())
+    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band(),
+                                            run_id=run_id)
 
 
 def _register(s: Session, name: str, version: str, order: int | None) -> None:

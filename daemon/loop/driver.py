@@ -344,7 +344,8 @@ class Driver:
         # a task is harvested once its stored trials settle its label: all k always do, and a spot-checker with
         # spotcheck.sequential stops there (so the harvest rule needs no setting that could disagree with it)
         labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, sequential=True).items()}
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, run_id=self.run_id,
+                                                          sequential=True).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
@@ -509,8 +510,8 @@ class Driver:
                        Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
                 .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
-                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
-                      isouter=True)
+                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid)
+                      & (Label.run_id == self.run_id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
             ready = queue.ready_count(s, self.run_id)

@@ -29,6 +29,12 @@ pytestmark = pytest.mark.integration
 BAND = Band(8, 1, 3, 6)
 
 
+def _run(store: Store) -> int:
+    """The run the labels belong to (labels are per run; these tasks belong to none)."""
+    with store.session() as s:
+        return repo.get_or_create_run(s, "spotcheck-labels", "h", {})
+
+
 def _tasks(store: Store, n: int = 40) -> list[int]:
     dom, rng, new = ArithDomain(), random.Random(3), {}
     while len(new) < n:
@@ -59,8 +65,8 @@ def test_embedded_sequential_spotchecks_give_the_full_k_labels_with_fewer_trials
     seq = InProcessSpotChecker(store, ArithDomain(), _flaky(), Sampling(seed=2), solver_name="seq", settle=BAND)
     full.dispatch(ids, BAND.k)
     seq.dispatch(ids, BAND.k)
-    want = harvest_labels(store, ids, "full", BAND)
-    got = harvest_labels(store, ids, "seq", BAND, sequential=True)
+    want = harvest_labels(store, ids, "full", BAND, run_id=_run(store))
+    got = harvest_labels(store, ids, "seq", BAND, run_id=_run(store), sequential=True)
     assert set(want) == set(got) == set(ids) and _sides(got) == _sides(want)
     assert any(lab.in_band is None for lab in want.values())  # the nulls leave some tasks without a verdict, alike
     assert _trials(store, "full") == len(ids) * BAND.k == full.trials_written
@@ -69,7 +75,7 @@ def test_embedded_sequential_spotchecks_give_the_full_k_labels_with_fewer_trials
     with store.session() as s:  # a stored label's k is the attempts behind it
         rows = dict(s.execute(select(Label.task_id, Label.k).where(Label.solver_id == "seq")).all())
     assert rows == {t: lab.attempts for t, lab in got.items()} and min(rows.values()) < BAND.k
-    assert harvest_labels(store, ids, "seq", BAND) != got  # the full-k rule waits for all k trials
+    assert harvest_labels(store, ids, "seq", BAND, run_id=_run(store)) != got  # the full-k rule waits for all k trials
 
 
 class _KilledAfter:
@@ -98,8 +104,8 @@ def test_a_redelivered_sequential_message_resumes_and_labels_the_same(sqlite_sto
                           settle=BAND)
     assert partial == 5 * len(ids)  # six attempts are needed before any task with min_valid_trials = 6 settles
     run_spotcheck(sqlite_store, ArithDomain(), _flaky(), ids, BAND.k, Sampling(seed=2), solver_id="full")
-    got = harvest_labels(sqlite_store, ids, "seq", BAND, sequential=True)
-    assert _sides(got) == _sides(harvest_labels(sqlite_store, ids, "full", BAND))
+    got = harvest_labels(sqlite_store, ids, "seq", BAND, run_id=_run(sqlite_store), sequential=True)
+    assert _sides(got) == _sides(harvest_labels(sqlite_store, ids, "full", BAND, run_id=_run(sqlite_store)))
     assert again.trials_written == _trials(sqlite_store, "seq") - partial and again.settled_early > 0
     assert run_spotcheck(sqlite_store, ArithDomain(), _flaky(), ids, BAND.k, Sampling(seed=2), solver_id="seq",
                          settle=BAND).trials_written == 0  # settled tasks are not attempted again
@@ -121,8 +127,9 @@ def test_the_celery_task_stops_at_the_band_its_message_carries(tmp_path: Path) -
         seq = spotcheck_task(ids, BAND.k, "seq", [BAND.lo, BAND.hi, BAND.min_valid_trials])
         assert full["trials_written"] == len(ids) * BAND.k and full["settled_early"] == 0
         assert seq["trials_written"] < full["trials_written"] and seq["settled_early"] > 0
-        got = harvest_labels(store, ids, "seq", BAND, sequential=True)
-        assert _sides(got) == _sides(harvest_labels(store, ids, "full", BAND)) and len(got) == len(ids)
+        got = harvest_labels(store, ids, "seq", BAND, run_id=_run(store), sequential=True)
+        full = harvest_labels(store, ids, "full", BAND, run_id=_run(store))
+        assert _sides(got) == _sides(full) and len(got) == len(ids)
         assert spotcheck_task_id(ids, 8, "s") != spotcheck_task_id(ids, 8, "s", [1, 3, 6])  # a distinct message
     finally:
         runtime.configure(None)  # type: ignore[arg-type]

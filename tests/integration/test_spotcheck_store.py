@@ -43,6 +43,12 @@ class ScriptedSolver:
         return out
 
 
+def _run(store: Store) -> int:
+    """The run the labels belong to (labels are per run; these tasks belong to none)."""
+    with store.session() as s:
+        return repo.get_or_create_run(s, "spotcheck-labels", "h", {})
+
+
 def _store_tasks(store: Store, exprs: list[str]) -> list[int]:
     dom = ArithDomain()
     new = []
@@ -62,7 +68,7 @@ def test_trials_labels_and_false_positives(store: Store) -> None:
     band = Band(k=8, lo=1, hi=3, min_valid_trials=6)
     res = run_spotcheck(store, ArithDomain(), solver, ids, k=8, sampling=Sampling())
     assert (res.tasks, res.trials_written, res.null_trials) == (4, 32, 8)
-    labels = harvest_labels(store, ids, solver.solver_id, band)
+    labels = harvest_labels(store, ids, solver.solver_id, band, run_id=_run(store))
     assert {i: (lab.solved, lab.valid_trials, lab.in_band) for i, lab in labels.items()} == {
         ids[0]: (8, 8, False), ids[1]: (2, 8, True), ids[2]: (0, 8, False), ids[3]: (0, 0, None)}
     fps = false_positives([(i, True, 0.9, labels[i]) for i in ids], 0.5, band)
@@ -89,4 +95,5 @@ def test_rerun_only_attempts_missing_trials(store: Store) -> None:
         attempts = sorted(s.execute(select(SolverTrial.task_id, SolverTrial.attempt)).all())
     assert attempts == sorted((t, a) for t in ids for a in range(5))
     # partially attempted tasks are not labelled yet
-    assert harvest_labels(store, ids, solver.solver_id, Band(k=8, lo=1, hi=3, min_valid_trials=6)) == {}
+    strict = Band(k=8, lo=1, hi=3, min_valid_trials=6)
+    assert harvest_labels(store, ids, solver.solver_id, strict, run_id=_run(store)) == {}
