@@ -286,12 +286,17 @@ class Driver:
         return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
-        """Send each check to the version it was chosen for (an unversioned one keeps the old call)."""
+        """Send each check to the version the endpoint serves now (an unversioned one keeps the old call): a
+        check chosen for an older version (sent again past its deadline, or after a broker outage) would be run
+        by the new checkpoint, so it moves to the current version and is harvested under it (#37)."""
         if not task_ids:
             return
+        cur = self.frontier.serving_id()
         by_sid: dict[str | None, list[int]] = {}
         for t in task_ids:
             check = state.spotcheck_pending.get(t)
+            if check is not None and check.solver_id not in (None, cur):
+                check = state.spotcheck_pending[t] = check.model_copy(update={"solver_id": cur})
             by_sid.setdefault(check.solver_id if check else None, []).append(t)
         try:
             for sid, ids in by_sid.items():

@@ -106,7 +106,7 @@ class FrontierTracker:
                  new, len(got.sample), {k: list(got.sample.values()).count(k) for k in drift.STRATA})
 
     def observe_drift(self, cycle: int) -> dict[str, float]:
-        """Fold new-version labels of the sampled tasks into each open measurement; the latest score.
+        """Fold new-version labels of the sampled tasks into each open measurement; the latest finished score.
 
         A measurement closes when its sample is labelled, after ``drift_max_cycles``, or as soon as a
         newer version is announced (superseded: spot-checks no longer go to its version, so it could
@@ -126,7 +126,9 @@ class FrontierTracker:
                 if m.state == "done":
                     log.info("drift of %s %s: %s over %d tasks, matrix %s", self.name, m.new_version,
                              "n/a" if m.score is None else f"{m.score:.2f}", m.measured, m.matrix)
-            latest = [m for m in drift.measurements(s, self.run_id, self.name) if m.score is not None]
+            # only a finished measurement is a drift score: a partial one (a few tasks re-measured, formerly
+            # in-band ones first) would fire the frontier_drift alert on a sample of one or two (#37)
+            latest = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
         if latest:
             out["drift_score"] = float(latest[-1].score or 0.0)
             out["drift_measured"] = float(latest[-1].measured)

@@ -9,6 +9,7 @@ side) is identical, fewer trial rows are written, and each stored label counts t
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,43 @@ def test_the_celery_task_stops_at_the_band_its_message_carries(tmp_path: Path) -
     finally:
         runtime.configure(None)  # type: ignore[arg-type]
         store.dispose()
+
+
+class _Overtaken:
+    """A worker whose solver always answers wrong, and whose first round is overtaken: while it runs,
+    ``first`` (another worker with the same message: a redelivery) settles the same check."""
+
+    def __init__(self, first: Callable[[], None]) -> None:
+        self.first: Callable[[], None] | None = first
+        self.solver_id = "wrong"
+        self.attempts_run = 0
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        return [[Completion("-987654321")] * n for _ in prompts]
+
+    def generate_attempts(self, prompts: list[str], attempts: list[int], sampling: Sampling) -> list[Completion]:
+        if self.first is not None:
+            first, self.first = self.first, None
+            first()
+        self.attempts_run += len(prompts)
+        return [Completion("-987654321") for _ in prompts]
+
+
+def test_two_workers_settling_the_same_check_store_one_workers_label(store: Store) -> None:
+    """Two workers run the same sequential check; the one overtaken writes nothing of its own and stops where
+    the stored trials settle (before #37 it went on from its own outcomes, writing attempts past the settled
+    ones), and the label is the one a single worker gives."""
+    ids = _tasks(store, 16)
+    run_spotcheck(store, ArithDomain(), _flaky(), ids, BAND.k, Sampling(seed=2), solver_id="alone", settle=BAND)
+
+    def first() -> None:
+        run_spotcheck(store, ArithDomain(), _flaky(), ids, BAND.k, Sampling(seed=2), solver_id="race", settle=BAND)
+
+    second = _Overtaken(first)
+    out = run_spotcheck(store, ArithDomain(), second, ids, BAND.k, Sampling(seed=2), solver_id="race", settle=BAND)
+    assert out.trials_written == 0 and second.attempts_run == len(ids)  # one round, all of it overtaken
+    assert _trials(store, "race") == _trials(store, "alone")
+    run = _run(store)
+    alone = harvest_labels(store, ids, "alone", BAND, run_id=run, sequential=True)
+    raced = harvest_labels(store, ids, "race", BAND, run_id=run, sequential=True)
+    assert raced == alone and len(raced) == len(ids)

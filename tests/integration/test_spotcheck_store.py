@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from curriculum import solver_versions
 from curriculum.domains.arith import ArithDomain
+from curriculum.solvers import build_solver
 from curriculum.solvers.base import Completion, Sampling
 from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
 from curriculum.store import lineage, repo
@@ -97,3 +99,36 @@ def test_rerun_only_attempts_missing_trials(store: Store) -> None:
     # partially attempted tasks are not labelled yet
     strict = Band(k=8, lo=1, hi=3, min_valid_trials=6)
     assert harvest_labels(store, ids, solver.solver_id, strict, run_id=_run(store)) == {}
+
+
+class _AnnouncedMidway:
+    """An endpoint that serves one checkpoint (no ``serve_version``); the trainer announces ``version``
+    while the first batch of attempts runs."""
+
+    def __init__(self, store: Store, name: str, version: str) -> None:
+        self.inner = build_solver("synthetic", seed=1)
+        self.store, self.name, self.version, self.solver_id = store, name, version, name
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        with self.store.session() as s:
+            solver_versions.register(s, self.name, self.version)
+        return self.inner.generate(prompts, n, sampling)
+
+
+def test_a_check_of_a_superseded_version_is_refused(store: Store) -> None:
+    """A message names the version the leader saw; once a newer one is announced the endpoint serves that
+    one, so the worker refuses to record its attempts under the old version — before it starts, or when the
+    announce comes while they run (#37)."""
+    ids = _store_tasks(store, ["1+1", "2+2", "3*3"])
+    with store.session() as s:
+        solver_versions.register(s, "policy", "step-1")
+    midway = _AnnouncedMidway(store, "policy", "step-2")
+    out = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-1")
+    assert out.refused is not None and "policy@step-2" in out.refused and out.trials_written == 0
+    again = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-1")
+    assert again.refused is not None and again.trials_written == 0  # refused before any attempt
+    current = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-2")
+    assert current.refused is None and current.trials_written == 12
+    with store.session() as s:
+        versions = set(s.scalars(select(SolverTrial.solver_version).where(SolverTrial.solver_name == "policy")))
+    assert versions == {"step-2"}
