@@ -1,6 +1,6 @@
 """Active vs uniform labelling of the first probe's corpus, at equal solver budgets (issue #22 item 3).
 
-Per generator bootstrap (:func:`curriculum.bootstrap.bootstrap` with ``BootstrapSettings(seed=b)``):
+Per generator bootstrap (:func:`curriculum.rl.bootstrap.bootstrap` with ``BootstrapSettings(seed=b)``):
 sample base-policy tasks, keep the valid distinct ones, label each with ``k = 8`` attempts of the
 synthetic solver (``benchmarks.toy_propel.benchmark_solver``, a BENCHMARK INSTRUMENT:
 success is logistic in task complexity), read frozen-reference features
@@ -11,11 +11,11 @@ fixed held-out labelled set aside. The rest is the pool. The labels are computed
 For each seed and budget ``B`` (tasks; trials = ``B × k``):
 
 * **uniform** — the first ``B`` tasks of a seeded permutation of the pool (the daemon's corpus today);
-* **active** — :func:`curriculum.active_labelling.label_actively` with budget ``B`` (its seed set is the
+* **active** — :func:`curriculum.labelling.active_labelling.label_actively` with budget ``B`` (its seed set is the
   first items of the same permutation).
 
 **Sequential labelling** (``spotcheck.sequential``): the pool is labelled a second time through
-:func:`curriculum.spotcheck.label_tasks` with ``sequential=True`` — each task's attempts stop once its label
+:func:`curriculum.labelling.spotcheck.label_tasks` with ``sequential=True`` — each task's attempts stop once its label
 is settled (:meth:`probes.band.Band.settled`). The labels must be identical to the full-``k`` ones (the run
 fails otherwise); what changes is the attempts each task costs. Every corpus is therefore accounted twice:
 ``trials`` (``tasks × k``) and ``trials_sequential`` (the attempts the sequential labeller actually ran for
@@ -51,14 +51,14 @@ import torch
 from benchmarks._common import RESULTS, write_result
 from benchmarks.toy_propel import BAND, benchmark_solver
 from benchmarks.toy_propel import SPEC_A as SPEC
-from curriculum.active_labelling import head_fitter, label_actively
-from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain
 from curriculum.domains.base import Task
-from curriculum.first_probe import distinct_valid_tasks
+from curriculum.labelling.active_labelling import head_fitter, label_actively
+from curriculum.labelling.spotcheck import LabelValue, label_tasks
+from curriculum.probing.first_probe import distinct_valid_tasks
+from curriculum.rl.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.rl.sampling import sample_completions
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import LabelValue, label_tasks
 from probes import FeatureExtractor, FrozenReference, TrainConfig, evaluate
 from probes.fit import fit_head
 

@@ -155,7 +155,7 @@ def main() -> None:
                     help="[api] settings to compare (see ARMS)")
     ap.add_argument("--pace", type=float, default=1.0, help="seconds each consumer pauses after a batch (paced)")
     args = ap.parse_args()
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
     load = {"start": os.getloadavg()}

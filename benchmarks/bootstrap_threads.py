@@ -1,6 +1,6 @@
 """Bootstrap training speed by torch intra-op thread count, side by side in one run.
 
-Drives the product's own training step (``curriculum.bootstrap.train`` on the recipe's model) for a
+Drives the product's own training step (``curriculum.rl.bootstrap.train`` on the recipe's model) for a
 few steps per arm, alternating arms so both see the same machine load, and records seconds per
 step. The load average is recorded too: on a shared 2-core machine the gap is largest.
 Usage: ``python benchmarks/bootstrap_threads.py [STEPS_PER_ROUND] [ROUNDS]``.
@@ -14,8 +14,8 @@ import time
 from dataclasses import replace
 
 from benchmarks._common import write_result
-from curriculum.bootstrap import BootstrapSettings, torch_threads, train
-from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
+from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
+from curriculum.rl.bootstrap import BootstrapSettings, torch_threads, train
 
 
 def main(steps: int = 10, rounds: int = 3) -> dict[str, object]:

@@ -203,7 +203,7 @@ def run_row(row: str, settings: LoopSettings, seeds: int, arms: tuple[str, ...],
 def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], generator_steps: int, data_dir: Path,
         name: str, lm: LMSettings, keep: bool = False) -> dict[str, Any]:
     """Every row of ``plan`` (row → settings, seeds), every arm; JSON + PNG + markdown."""
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     started = time.perf_counter()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path

@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--cache", default=".propel/bench-models")
     args = ap.parse_args()
 
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
     from daemon.config import config_from_mapping
     from daemon.loop.driver import Driver
     from daemon.ops.metrics import build_metrics

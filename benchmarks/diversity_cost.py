@@ -6,7 +6,7 @@ reference, hidden 128 × 4 layers, CPU, one MLP probe head — the setup of
 
 * ``probe_arith`` / ``probe_azr`` — ``ProbeScorer.score`` of the batch's reference texts (tokenise +
   forward + head), arith expressions (~20 characters) and AZR code-induction tasks (~500);
-* ``diversity_arith`` / ``diversity_azr`` — :meth:`curriculum.novelty.DiversityTerm.penalties` of
+* ``diversity_arith`` / ``diversity_azr`` — :meth:`curriculum.reward.novelty.DiversityTerm.penalties` of
   the same batch (canonical forms — ``ast`` for AZR, the costliest domain —, hashed 3-grams, group
   term and a full archive of ``--archive`` emitted tasks);
 * ``reward_off`` / ``reward_on`` — the whole hard-gate reward call (validate + probe + gate) without
@@ -36,10 +36,10 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks._common import RESULTS, write_result
 from benchmarks.probe_throughput import interleaved_medians, make_probe
+from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
-from curriculum.novelty import DiversityTerm
-from curriculum.rewards import HardGateReward
-from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
+from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.rewards import HardGateReward
 from probes import ExtractionConfig, FeatureSpec, FrozenReference, ProbeScorer
 
 _AZR_BODIES = (

@@ -11,7 +11,7 @@ Self-BLEU against the call, the archive and a rollout window):
   advantage normalisation — next to the within-group std of the hard-gate reward itself (the probe
   logit): ``weight × penalty std / reward std`` is the share of the advantage the term can move;
 * the Spearman correlation of the per-text penalty with the per-text Self-BLEU-3 score of the sample
-  (:func:`curriculum.diversity.self_bleu_scores`, the metric the goal is stated in).
+  (:func:`curriculum.reward.diversity.self_bleu_scores`, the metric the goal is stated in).
 
 Everything runs on the product's code (engine, reward, term); the solver is not called.
 
@@ -31,9 +31,9 @@ import torch
 
 from benchmarks._common import COMMIT_AT_START, write_result
 from benchmarks.toy_propel import Settings, build_shared, never_stop, open_row, row_config
-from curriculum.diversity import self_bleu_scores
 from curriculum.domains.arith import ArithDomain
-from curriculum.novelty import MEASURES, DiversityTerm
+from curriculum.reward.diversity import self_bleu_scores
+from curriculum.reward.novelty import MEASURES, DiversityTerm
 
 log = logging.getLogger("benchmarks.diversity_signal")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._common import RESULTS, write_result
-from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
+from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
 from probes import (
     ExtractionConfig,
     FeatureSpec,

@@ -253,7 +253,7 @@ def in_run_phase2(url: str, args: argparse.Namespace, work: Path, serve_api: str
                   samples: dict[str, list[dict[str, Any]]], offset: int, api: dict[str, Any]) -> dict[str, Any]:
     """Phase 2: a training ``propel run`` (API on) next to the same ``propel serve``; returns what the
     daemons report (thread niceness, seconds the training yielded)."""
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     gen = bootstrap("arith", data_dir=RESULTS.parent / ".cache", steps=300, show_progress=False).path
     daemon, run_api = start_http_arm(url, "http_in_run", work, gen, api)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULTS, write_result
-from curriculum.diversity import self_bleu, tokenize
 from curriculum.domains.arith import random_expression
+from curriculum.reward.diversity import self_bleu, tokenize
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:

@@ -4,7 +4,7 @@ A trainer's solver gets much stronger between two checkpoints and the trainer an
 Each arm is the daemon itself — its driver (:func:`daemon.service.runtime.assemble_driver` with the
 service hooks, as ``propel run`` builds it) cycle after cycle on the toy table's embedded run (its
 generator, first probe and synthetic solver) — for ``before`` cycles under the first version, then the
-announce (:func:`curriculum.solver_versions.register`, what ``POST /v1/solvers/{name}/versions``
+announce (:func:`curriculum.store.solver_versions.register`, what ``POST /v1/solvers/{name}/versions``
 calls) and ``after`` more cycles, in which the spot-check solver serves the new, stronger version:
 
 * ``follow`` — the defaults of ``[frontier]``: drift re-measurement, champion/challenger refresh of the
@@ -50,8 +50,8 @@ from sqlalchemy import select
 
 from benchmarks import toy_propel as toy
 from benchmarks._common import RESULTS, write_result
-from curriculum import solver_versions
 from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import DriftMeasurement, QueueItem, RetrainJob, TaskRow
 from daemon.config import PropelConfig

@@ -19,9 +19,9 @@ from tempfile import TemporaryDirectory
 from sqlalchemy import delete, func, select
 
 from benchmarks._common import RESULTS, scratch_postgres, write_result
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.solvers import DelayedSolver, build_solver
-from curriculum.solvers.base import Sampling
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial

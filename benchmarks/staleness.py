@@ -1,20 +1,20 @@
 """Which staleness policy gives the best primary probe for a solver that keeps improving? (issue #16)
 
 The daemon's labels age as the trainer announces versions: ``frontier.staleness`` decides which old
-labels still train a refreshed primary probe (:mod:`curriculum.staleness`). This benchmark chooses
+labels still train a refreshed primary probe (:mod:`curriculum.frontier.staleness`). This benchmark chooses
 the default by measurement. For each pace at which the solver improves (the synthetic solver's
 skill offset rises by ``pace`` per version — SYNTHETIC instrument) and each seed, one run store
 receives, version after version, the labels the daemon would write: ``batch`` fresh tasks
-spot-checked by the current version (:func:`curriculum.spotcheck.run_spotcheck`,
-:func:`~curriculum.spotcheck.harvest_labels`, versions registered with
-:func:`curriculum.solver_versions.register`). After every version, each policy's usable labels are
-read exactly as a primary refresh reads them (:func:`curriculum.refresh.load_refresh_data`), a probe is
+spot-checked by the current version (:func:`curriculum.labelling.spotcheck.run_spotcheck`,
+:func:`~curriculum.labelling.spotcheck.harvest_labels`, versions registered with
+:func:`curriculum.store.solver_versions.register`). After every version, each policy's usable labels are
+read exactly as a primary refresh reads them (:func:`curriculum.frontier.refresh.load_refresh_data`), a probe is
 fitted on them (:func:`probes.fit.fit_probe`, the refresh's fit) and scored on a held-out set labelled
 by the *current* version: balanced accuracy and ECE. Mean over versions ≥ 2, seeds and paces.
 
 The labels come from both of the daemon's sources, as in a run with a trainer downstream: a
 ``trainer_share`` of each version's batch is acked by the trainer (its ``solved`` of ``n`` attempts,
-with infrastructure ``errors`` excluded: :func:`curriculum.frontier_labels.record_trainer_outcomes`, what
+with infrastructure ``errors`` excluded: :func:`curriculum.frontier.frontier_labels.record_trainer_outcomes`, what
 the ack endpoint writes), the rest spot-checked; and after every announce the driver's own
 :class:`daemon.loop.frontier.FrontierTracker` opens a drift measurement and re-measures its stratified
 sample of older labelled tasks on the new version (its share of the spot-check budget), so re-measured
@@ -39,16 +39,16 @@ import numpy as np
 import torch
 
 from benchmarks._common import RESULTS, write_result
-from curriculum import frontier_labels, solver_versions
-from curriculum.bootstrap import bootstrap
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.domains.base import Task
-from curriculum.refresh import load_refresh_data
-from curriculum.solvers.base import Sampling
+from curriculum.frontier import frontier_labels
+from curriculum.frontier.refresh import load_refresh_data
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.labelling.spotcheck import harvest_labels, label_tasks, run_spotcheck
+from curriculum.rl.bootstrap import bootstrap
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import harvest_labels, label_tasks, run_spotcheck
-from curriculum.staleness import StalenessPolicy
-from curriculum.store import repo
+from curriculum.store import repo, solver_versions
 from curriculum.store.db import Store
 from daemon.config import FrontierConfig
 from daemon.loop.frontier import FrontierSettings, FrontierTracker

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULTS, write_result
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.base import Task
 from curriculum.domains.swe.agent import ChatClient
 from curriculum.domains.swe.agent_backends import agent_limits, build_agent_solver
@@ -42,8 +43,7 @@ from curriculum.domains.swe.agent_roles import generate_bug
 from curriculum.domains.swe.domain import SWE_BAND, RepoState, SweDomain
 from curriculum.domains.swe.mutator import MutationError, mutate_source
 from curriculum.domains.swe.spec import BugSpec
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import Band, bind_tasks, compute_label, grade_outcome
+from curriculum.labelling.spotcheck import Band, bind_tasks, compute_label, grade_outcome
 from testkit.servers import scripted_server
 
 MODEL = "scripted"

@@ -11,16 +11,16 @@ The product's code path, with repo-disjoint splits of the registry (``propel swe
 2. **Probe**: base-policy samples with tiny prompts (``tiny-func``: ``BUG: REPO FILE::FUNCTION ``, the
    generator writes ``OPERATOR SITE``; ``--prompt-style tiny-repo``: ``BUG: REPO ``) naming **probe-train**
    repositories, verified (``SweDomain.validate_batch``) and labelled
-   (:func:`curriculum.first_probe.label_corpus`), features of the frozen reference (the bootstrapped
+   (:func:`curriculum.probing.first_probe.label_corpus`), features of the frozen reference (the bootstrapped
    generator, the daemon's CPU reference) at the configured layer and pooling, fitted by
    :func:`probes.fit.fit_probe` as the SWE defaults do (mlp, class-weighted, grouped by repository).
 3. **RL** per seed: a run store per row (:func:`daemon.service.lifecycle.open_run`), the probe registered as
-   its primary (:func:`curriculum.first_probe.register_primaries`), the daemon's engine
+   its primary (:func:`curriculum.probing.first_probe.register_primaries`), the daemon's engine
    (:func:`daemon.service.engine.build_engine`: hard-gate reward = verifier validity gate + probe logit,
    GRPO + LoRA chunk) on the same style's prompts naming **rl-train** repositories.
 4. **Evaluation** (solver only, never the probe): base and PROPEL generators sample ``eval_n`` completions of
    the same style's prompts naming **held-out** repositories (same sampling seed per pair), evaluated by
-   :func:`curriculum.evaluation.evaluate_texts`; also on rl-train prompts (``train_eval_n``) for reference.
+   :func:`curriculum.probing.evaluation.evaluate_texts`; also on rl-train prompts (``train_eval_n``) for reference.
 
 Verdicts are memoised in the SWE cache's task memo (``<cache>/tasks``), so repeated bugs cost no suite run.
 
@@ -44,14 +44,14 @@ import click
 import torch
 
 from benchmarks._common import RESULTS, write_result
-from curriculum.bootstrap import bootstrap, load_bootstrapped
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.base import generation_text
 from curriculum.domains.swe.domain import SWE_BAND, SweDomain, swe_band
 from curriculum.domains.swe.synthetic import SyntheticSweSolver
-from curriculum.evaluation import EvaluationResult, evaluate_texts
-from curriculum.first_probe import distinct_valid_tasks, label_corpus, register_primaries, task_groups
+from curriculum.probing.evaluation import EvaluationResult, evaluate_texts
+from curriculum.probing.first_probe import distinct_valid_tasks, label_corpus, register_primaries, task_groups
+from curriculum.rl.bootstrap import bootstrap, load_bootstrapped
 from curriculum.rl.sampling import sample_completions
-from curriculum.solvers.base import Sampling
 from daemon.config import PropelConfig
 from daemon.service.engine import build_engine
 from daemon.service.lifecycle import open_run

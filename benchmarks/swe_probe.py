@@ -11,7 +11,7 @@ Pipeline (the product's own functions):
 1. **Corpus** over ``--repos`` (fetched and preflighted: ``propel swe fetch``): ``--per-repo`` bug spec
    lines drawn uniformly from each repository's spec space (what the tiny spec generator is
    pretrained on), validated by ``SweDomain.validate_batch`` (the verifier in the sandbox, memoised).
-2. **Labels**: ``curriculum.spotcheck.label_tasks`` with ``SyntheticSweSolver`` and ``swe_band()``.
+2. **Labels**: ``curriculum.labelling.spotcheck.label_tasks`` with ``SyntheticSweSolver`` and ``swe_band()``.
 3. **Features**: the reference is the bootstrapped tiny SWE generator (``bootstrap:swe`` on these
    repositories, the daemon's CPU reference). Each bug is read two ways: its spec line (the embedded
    spec generator: one turn) and a **scripted replay** of an agent generator episode built from the
@@ -44,12 +44,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import RESULTS, write_result
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.base import Task
 from curriculum.domains.swe.domain import SweDomain, swe_band
 from curriculum.domains.swe.synthetic import SyntheticSweSolver
 from curriculum.domains.swe.trajectory import bug_probe_input, episode_trajectory
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import LabelValue, label_tasks
+from curriculum.labelling.spotcheck import LabelValue, label_tasks
 from probes import TURN_POOLINGS, FeatureSpec, SweepConfig, TrainConfig, run_sweep
 from probes.data import grouped_kfold, random_kfold
 from probes.extraction import ExtractionConfig, FeatureExtractor
@@ -204,7 +204,7 @@ def main() -> None:
 
 
 def reference_model(args: argparse.Namespace, domain: SweDomain) -> FrozenReference:
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     options = {"cache_dir": str(domain.cache.root), "split": None, "repos": args.repos}
     result = bootstrap("swe", data_dir=Path(args.data_dir), show_progress=False, domain_options=options)

@@ -26,11 +26,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from benchmarks._common import RESULTS, write_result
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.swe.domain import SWE_BAND, RepoState, SweDomain
 from curriculum.domains.swe.mutator import OPERATORS, mutation_patch
 from curriculum.domains.swe.synthetic import SyntheticSweSolver
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import compute_label, grade_outcome
+from curriculum.labelling.spotcheck import compute_label, grade_outcome
 
 ANCHORS = {"swe_smith_javascript": 0.17, "swe_smith_java": [0.52, 0.62], "swe_smith_python_one_repo": 0.86,
            "propel_agent_bugs_valid": 0.72}
@@ -99,7 +99,7 @@ def solver_trials(domain: SweDomain, rows: list[dict[str, Any]], max_tasks: int)
 
 
 def domain_band() -> Any:
-    from curriculum.spotcheck import Band
+    from curriculum.labelling.spotcheck import Band
 
     return Band(**SWE_BAND)
 

@@ -2,12 +2,12 @@
 
 Every RL row runs the daemon's own code (issue #17 item 4): a run store and data directory per row
 (:func:`daemon.service.lifecycle.open_run`), the daemon's engine (:func:`daemon.service.engine.build_engine`:
-GRPO chunks, the configured probe reward :func:`curriculum.rewards.build_reward`, sampling) and, for the
+GRPO chunks, the configured probe reward :func:`curriculum.reward.rewards.build_reward`, sampling) and, for the
 co-evolution rows, the daemon's driver (:func:`daemon.service.runtime.assemble_driver`: sample phase,
 in-process spot-checks, false-positive mining, aux-probe retraining, alerts, emission). The probes are
-built once with the daemon's first-probe code (:func:`curriculum.first_probe.label_corpus`,
+built once with the daemon's first-probe code (:func:`curriculum.probing.first_probe.label_corpus`,
 :func:`probes.fit.fit_probe`) and registered into each row's store as its primary probes
-(:func:`curriculum.first_probe.register_primaries`). Evaluation (k = 8 solver attempts on a fresh
+(:func:`curriculum.probing.first_probe.register_primaries`). Evaluation (k = 8 solver attempts on a fresh
 sample) is the only code of its own. ``tests/unit/test_toy_propel_shares_product.py`` guards this.
 
 Rows (each trained from the bootstrapped tiny generator, evaluated **only** with the solver):
@@ -28,7 +28,7 @@ Rows (each trained from the bootstrapped tiny generator, evaluated **only** with
   an actively labelled corpus: the row's config sets ``probes.corpus_labelling = "active"`` with
   ``probes.train_samples`` = ``--active-share`` (default 0.4) of the uniform corpus's solver trials (÷ k),
   and the corpus is labelled by the daemon's own code for that setting
-  (:func:`daemon.service.settings.active_settings`, :func:`curriculum.first_probe.label_corpus_actively`)
+  (:func:`daemon.service.settings.active_settings`, :func:`curriculum.probing.first_probe.label_corpus_actively`)
   on a pool of ``probes.active_pool_factor × train_samples`` base-policy samples; the probe is fitted like
   PROPEL's ``mlp``. Its offline solver trials are the active corpus's.
 
@@ -58,14 +58,14 @@ from sqlalchemy import func, select
 
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from benchmarks.toy_report import aggregate, goals, markdown, plot, write_readme_section
-from curriculum import retrain
-from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain
-from curriculum.evaluation import EvaluationResult, evaluate_texts
-from curriculum.first_probe import distinct_valid_tasks, label_corpus, label_corpus_actively, register_primaries
-from curriculum.rewards import SolverInTheLoopReward
+from curriculum.probing import retrain
+from curriculum.probing.evaluation import EvaluationResult, evaluate_texts
+from curriculum.probing.first_probe import distinct_valid_tasks, label_corpus, label_corpus_actively, register_primaries
+from curriculum.reward.rewards import SolverInTheLoopReward
+from curriculum.rl.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from curriculum.rl.sampling import sample_completions
-from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store import repo
 from curriculum.store.db import Store

@@ -215,7 +215,7 @@ class SolverConfig(_Section):
             if not self.version:
                 raise ValueError("solver.model names {version}: set solver.version to the checkpoint served at start "
                                  "(e.g. \"step-0\"); announced versions replace it")
-        from curriculum.solver_versions import derive_order
+        from curriculum.store.solver_versions import derive_order
 
         if self.version and self.version_order is None and derive_order(self.version) is None:
             raise ValueError(f"solver.version {self.version!r} carries no step number: set solver.version_order "
@@ -303,7 +303,7 @@ class RLConfig(_Section):
     bf16: bool = False
     diversity_weight: float = Field(default=0.0, ge=0, description="weight of the repetition penalty (in "
                                     "[0, 1]; see rl.diversity_measure) subtracted from valid completions' reward "
-                                    "(0: off, the measured default; see curriculum.novelty and docs/RL.md)")
+                                    "(0: off, the measured default; see curriculum.reward.novelty and docs/RL.md)")
     diversity_archive_size: int = Field(default=1024, ge=1, description="recently emitted tasks the diversity "
                                         "penalty compares against")
     diversity_topic_quota: float = Field(default=0.25, gt=0, le=1, description="largest share of the diversity "

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
+from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from curriculum.domains.arith import ArithDomain, analyse
 from curriculum.domains.base import Task
-from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
 #: Bump when the pretraining recipe changes, so old caches are not reused.
 RECIPE_VERSION = 5

@@ -9,8 +9,8 @@ Fewer than ``min_valid_trials`` valid attempts give no label at all (``insuffici
 
 A label is often *settled* before all ``k`` attempts have run (:meth:`Band.settled`): with band 1–3 of
 8, four solved of the first four is too easy whatever follows; with the SWE band 1–2 of 3 (at least 2
-valid), one solved and one failed is in band. Sequential labelling (:func:`curriculum.spotcheck.label_tasks`,
-:func:`curriculum.spotcheck.run_spotcheck`) stops attempting a task there: same label, fewer attempts.
+valid), one solved and one failed is in band. Sequential labelling (:func:`curriculum.labelling.spotcheck.label_tasks`,
+:func:`curriculum.labelling.spotcheck.run_spotcheck`) stops attempting a task there: same label, fewer attempts.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ file the daemon's synthetic spot-check solver reads (``solver.synthetic_skill_fi
 
 Measurement happens after an arm finishes, outside every arm's budget: the tasks served in each round
 are labelled with k attempts by the checkpoint that trained on them (the version current when they were
-leased), with the product's grader (:func:`curriculum.spotcheck.label_tasks`).
+leased), with the product's grader (:func:`curriculum.labelling.spotcheck.label_tasks`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ import httpx
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.arith import ArithDomain
 from curriculum.domains.base import Task
-from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.labelling.spotcheck import grade_outcome, label_tasks
 from curriculum.solvers.synthetic import SyntheticArithSolver, write_skill_file
-from curriculum.spotcheck import grade_outcome, label_tasks
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial
 from probes.band import Band
@@ -174,7 +174,7 @@ class SyntheticLearner:
 # ---- task sources for the baseline arms -------------------------------------------------------------
 def base_tasks(generator: Path, n: int, seed: int, max_ops: int = 6) -> list[Task]:
     """``n`` distinct valid tasks sampled from the untrained (bootstrapped, no RL) generator."""
-    from curriculum.bootstrap import load_bootstrapped, sample_completions
+    from curriculum.rl.bootstrap import load_bootstrapped, sample_completions
 
     model, tok = load_bootstrapped(generator)
     return _valid_unique(lambda i: sample_completions(model, tok, 2 * n, seed=seed * 1_000 + i), n, max_ops)
@@ -182,7 +182,7 @@ def base_tasks(generator: Path, n: int, seed: int, max_ops: int = 6) -> list[Tas
 
 def corpus_tasks(n: int, seed: int, max_ops: int = 6) -> list[Task]:
     """``n`` distinct tasks drawn from the bootstrap corpus (the generator's pre-training mix)."""
-    from curriculum.bootstrap import expression_batch
+    from curriculum.rl.bootstrap import expression_batch
 
     rng = random.Random(10_000 + seed)
     return _valid_unique(lambda _: expression_batch(rng, 2 * n), n, max_ops)

@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from curriculum.common.solver_api import SolverBackend
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import SolverBackend
 from curriculum.store.db import Store
 from curriculum.store.models import Label, SolverTrial, TaskRow
 from testkit.closed_loop import DAEMON_ARMS, SOLVER_NAME, ArmResult, ArmServer, LoopSettings, RoundRecord, serve_arm

@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.artifacts import ArtifactStore, publish_model
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.domains.base import Task, Validity
-from curriculum.novelty import DiversityTerm
-from curriculum.retrain import RetrainSpec
-from curriculum.rewards import HardGateReward
+from curriculum.probing.retrain import RetrainSpec
+from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.rewards import HardGateReward
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactStore, publish_model
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.loop.driver import Driver, DriverSettings

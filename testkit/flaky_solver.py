@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from curriculum.solvers.base import Completion, Sampling, SolverBackend, attempt_runner
+from curriculum.common.solver_api import Completion, Sampling, SolverBackend, attempt_runner
 
 
 class FlakySolver:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from curriculum import solver_versions
-from curriculum.artifacts import ArtifactStore, open_artifacts
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
-from curriculum.retrain import RetrainSpec
+from curriculum.labelling.spotcheck import false_positives, harvest_labels, run_spotcheck
+from curriculum.probing.retrain import RetrainSpec
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
-from curriculum.store import lineage, repo
+from curriculum.store import lineage, repo, solver_versions
+from curriculum.store.artifacts import ArtifactStore, open_artifacts
 from curriculum.store.db import Store
 from probes import FrozenReference
 from probes.band import Band
@@ -23,7 +22,7 @@ BAND = Band(8, 1, 3, 6)
 
 def tiny_reference(save_to: Path | None = None) -> FrozenReference:
     """A random 2-layer Qwen2 on the character tokenizer (saved to ``save_to`` for worker processes)."""
-    from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+    from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
     tok = build_char_tokenizer()
     model = tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0)

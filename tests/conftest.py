@@ -133,13 +133,13 @@ def hanging_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def char_tokenizer():  # type: ignore[no-untyped-def]
-    from curriculum.tinymodels import build_char_tokenizer
+    from curriculum.common.tinymodels import build_char_tokenizer
 
     return build_char_tokenizer()
 
 
 @pytest.fixture
 def tiny_model(char_tokenizer):  # type: ignore[no-untyped-def]
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
 
     return tiny_qwen2(char_tokenizer, hidden_size=64, num_layers=2, seed=0)

@@ -12,10 +12,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from curriculum.artifacts import ArtifactStore, is_cas_uri, open_artifacts
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, get_domain
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling, SolverBackend
+from curriculum.store.artifacts import ArtifactStore, is_cas_uri, open_artifacts
 from curriculum.store.db import Store
 from probes import FeatureExtractor, FrozenReference
 

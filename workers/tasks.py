@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from curriculum.retrain import RetrainSpec, carry_out
-from curriculum.spotcheck import run_spotcheck
+from curriculum.labelling.spotcheck import run_spotcheck
+from curriculum.probing.retrain import RetrainSpec, carry_out
 from probes.band import Band
 from workers.app import app, queue_name
 from workers.runtime import resources

@@ -6,7 +6,7 @@ Task format
 
 Generator prompt
     The fixed prefix :data:`GENERATOR_PROMPT` (``"Q:"``). The tiny character-level generator built
-    by :mod:`curriculum.bootstrap` completes it with one expression and then emits EOS. A leading
+    by :mod:`curriculum.rl.bootstrap` completes it with one expression and then emits EOS. A leading
     ``Q:`` in a completion is stripped, so both the bare completion and prompt+completion parse.
 
 Validity (cheap, no sandbox)

@@ -11,7 +11,7 @@ text before an ``Answer:``/``Solution:`` marker (or before that box), without a 
 extractable answer of at most 200 characters.
 
 Reference answers (oracle-agreement policy): with ``oracles`` configured (any
-:class:`~curriculum.solvers.base.SolverBackend`), each oracle answers the solver prompt
+:class:`~curriculum.common.solver_api.SolverBackend`), each oracle answers the solver prompt
 ``oracle_attempts`` times and the task is valid only when *every* attempt yields a boxed answer
 and all of them are equivalent; the first oracle answer becomes the reference. Any missing
 completion or undecided comparison makes the task invalid with the reason. With **no oracles
@@ -30,11 +30,11 @@ import random
 import re
 from collections.abc import Sequence
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import ParseResult, Task, Validity, validate_each
 from curriculum.domains.math_equiv import Equivalence, last_boxed
 from curriculum.sandbox.backends import get_sandbox
 from curriculum.sandbox.base import Sandbox
-from curriculum.solvers.base import Sampling, SolverBackend
 
 NAME = "math"
 MAX_ANSWER_CHARS = 200

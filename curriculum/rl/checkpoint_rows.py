@@ -15,9 +15,9 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 
-from curriculum.artifacts import ArtifactStore, is_cas_uri, parse_cas_uri
 from curriculum.rl.checkpoints import CheckpointStore
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactStore, is_cas_uri, parse_cas_uri
 from curriculum.store.db import Store
 from curriculum.store.models import GeneratorCheckpoint
 

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from curriculum.fsutil import atomic_write
+from curriculum.common.fsutil import atomic_write
 
 LATEST = "LATEST"
 PREFIX = "checkpoint-"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from curriculum.solvers.base import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
+from curriculum.common.solver_api import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
 
 __all__ = ["Completion", "DelayedSolver", "Sampling", "SolverBackend", "build_solver"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from curriculum.solvers.base import Completion, Sampling
+from curriculum.common.solver_api import Completion, Sampling
 
 log = logging.getLogger("propel.solver.hf")
 

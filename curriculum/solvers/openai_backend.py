@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import httpx
 
-from curriculum.solvers.base import Completion, Sampling
+from curriculum.common.solver_api import Completion, Sampling
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 

@@ -23,10 +23,10 @@ import re
 import time
 from pathlib import Path
 
+from curriculum.common.fsutil import atomic_write
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import ArithError, analyse, complexity
 from curriculum.domains.base import Task
-from curriculum.fsutil import atomic_write
-from curriculum.solvers.base import Completion, Sampling
 
 _PROMPT_EXPR = re.compile(r"Compute:\s*([0-9+\-*() ]+?)\s*(?:\n|$)")
 

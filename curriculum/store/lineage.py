@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, aliased
 
-from curriculum.artifacts import is_cas_uri, parse_cas_uri
+from curriculum.store.artifacts import is_cas_uri, parse_cas_uri
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import FP_SIDES, FalsePositive, ProbeEnsembleRow, ProbeRow, ProbeScore, utcnow
 

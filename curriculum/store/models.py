@@ -245,7 +245,7 @@ class Label(Base):
 
 
 class SolverVersionRow(Base):
-    """A known version of a named solver and its order (see :mod:`curriculum.solver_versions`)."""
+    """A known version of a named solver and its order (see :mod:`curriculum.store.solver_versions`)."""
 
     __tablename__ = "solver_versions"
     __table_args__ = (UniqueConstraint("solver", "version"),
@@ -348,7 +348,7 @@ class GeneratorCheckpoint(Base):
 
 
 class Artifact(Base):
-    """A content-addressed blob (the database backend of :mod:`curriculum.artifacts`)."""
+    """A content-addressed blob (the database backend of :mod:`curriculum.store.artifacts`)."""
 
     __tablename__ = "artifacts"
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -109,7 +109,7 @@ def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
 
 def _name_version(solver_id: str) -> dict[str, str]:
     """The ``solver_name`` / ``solver_version`` columns of a qualified solver id (``name@version``)."""
-    from curriculum.solver_versions import split_solver_id
+    from curriculum.store.solver_versions import split_solver_id
 
     name, version = split_solver_id(solver_id)
     return {"solver_name": name, "solver_version": version}
@@ -146,7 +146,7 @@ def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, ru
                  valid_trials: int, band: tuple[int, int], in_band: bool | None, errors: int = 0,
                  sampling: Mapping[str, Any] | None = None) -> None:
     """Create or overwrite the label of ``(task, run, solver, source)``; ``solver_id`` is qualified
-    (``name@version``, see :mod:`curriculum.solver_versions`)."""
+    (``name@version``, see :mod:`curriculum.store.solver_versions`)."""
     upsert_labels(sess, [NewLabel(task_id, run_id, solver_id, source, k, solved, valid_trials, band, in_band, errors,
                                   sampling)])
 

@@ -24,8 +24,8 @@ def bootstrap(ctx: click.Context, domain: str, data_dir: Path | None, steps: int
 
     It caches where `propel run` looks, so a bootstrap done ahead of time is reused by the daemon.
     """
-    from curriculum.bootstrap import BOOTSTRAP_DOMAINS
-    from curriculum.bootstrap import bootstrap as run_bootstrap
+    from curriculum.rl.bootstrap import BOOTSTRAP_DOMAINS
+    from curriculum.rl.bootstrap import bootstrap as run_bootstrap
 
     if domain not in BOOTSTRAP_DOMAINS:
         known = ", ".join(available_domains())

@@ -90,7 +90,7 @@ def status_command(ctx: click.Context) -> None:
 def _frontier(sess: Any, run_name: str) -> dict[str, Any]:
     from sqlalchemy import select
 
-    from curriculum.frontier_view import frontier_summary
+    from curriculum.frontier.frontier_view import frontier_summary
     from curriculum.store.models import Run
 
     return frontier_summary(sess, sess.scalars(select(Run.id).where(Run.name == run_name)).first())

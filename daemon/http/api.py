@@ -4,7 +4,7 @@ Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_
 is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
 JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) of
 the solver version that made them; they feed probe retraining, calibration and drift like
-spot-check labels (:mod:`curriculum.frontier_labels`). ``/v1/solvers/...`` announces versions.
+spot-check labels (:mod:`curriculum.frontier.frontier_labels`). ``/v1/solvers/...`` announces versions.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from curriculum import frontier_labels, solver_versions
-from curriculum.store import queue
+from curriculum.frontier import frontier_labels
+from curriculum.store import queue, solver_versions
 from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Run
 from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from curriculum.frontier_view import frontier_summary
+from curriculum.frontier.frontier_view import frontier_summary
 from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
 from daemon.config import mask_secrets, mask_url

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from curriculum.frontier_view import frontier_summary
+from curriculum.frontier.frontier_view import frontier_summary
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run

@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
-from curriculum import solver_versions
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from daemon.http.fields import VersionText, printable
 

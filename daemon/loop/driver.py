@@ -17,10 +17,8 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from curriculum import retrain
-from curriculum.diversity import collapse_metrics
 from curriculum.domains.base import Task, Validity
-from curriculum.spotcheck import (
+from curriculum.labelling.spotcheck import (
     Band,
     budget_left,
     false_positives,
@@ -28,6 +26,8 @@ from curriculum.spotcheck import (
     select_candidates,
     trials_since,
 )
+from curriculum.probing import retrain
+from curriculum.reward.diversity import collapse_metrics
 from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import (

@@ -24,10 +24,11 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from curriculum import drift, frontier_labels, refresh, retrain, solver_versions
 from curriculum.domains.base import Task
-from curriculum.staleness import StalenessPolicy
-from curriculum.store import lineage, repo
+from curriculum.frontier import drift, frontier_labels, refresh
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing import retrain
+from curriculum.store import lineage, repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeEnsembleRow, ProbeRow, SolverTrial
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker

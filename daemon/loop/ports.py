@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from curriculum.domains.base import Domain, Validity
-from curriculum.retrain import RetrainSpec
+from curriculum.probing.retrain import RetrainSpec
 from curriculum.store.lineage import EnsembleSpec
 
 

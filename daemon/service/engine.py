@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.artifacts import publish_model
 from curriculum.domains.base import Domain, Task, Validity, get_domain
-from curriculum.first_probe import (
+from curriculum.probing.first_probe import (
     LabelledCorpus,
     distinct_valid_tasks,
     label_corpus,
@@ -26,11 +25,12 @@ from curriculum.first_probe import (
     register_primaries,
     task_groups,
 )
-from curriculum.rewards import ProbeReward, build_reward
+from curriculum.reward.rewards import ProbeReward, build_reward
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.store import repo
+from curriculum.store.artifacts import publish_model
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
@@ -63,7 +63,7 @@ def resolve_model(spec: str, cfg: PropelConfig, say: Callable[[str], None]) -> s
     """``bootstrap:DOMAIN`` → the locally pretrained tiny model (built on first use); else unchanged."""
     if not spec.startswith("bootstrap:"):
         return spec
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     domain = spec.split(":", 1)[1]
     say(f"bootstrapping the tiny {domain} generator in {cfg.data_dir} (cached after the first run)…")

@@ -1,6 +1,6 @@
 """Aux-probe retrain dispatchers: in-process (embedded mode) or Celery (distributed mode).
 
-Both run :func:`curriculum.retrain.carry_out`; the outcome lands on the job's store row and
+Both run :func:`curriculum.probing.retrain.carry_out`; the outcome lands on the job's store row and
 the driver activates a finished probe on its next retrain phase. A dispatch that cannot reach the
 broker raises :class:`daemon.loop.ports.DispatchError` and the driver retries it next cycle (the Celery
 task id is the job name and the job is idempotent, so a second delivery changes nothing).
@@ -8,9 +8,9 @@ task id is the job name and the job is idempotent, so a second delivery changes 
 
 from __future__ import annotations
 
-from curriculum.artifacts import ArtifactStore
 from curriculum.domains.base import Domain
-from curriculum.retrain import RetrainSpec, carry_out
+from curriculum.probing.retrain import RetrainSpec, carry_out
+from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store
 from daemon.loop.ports import DispatchError
 from probes import FeatureExtractor

@@ -58,7 +58,7 @@ def build_spot(cfg: PropelConfig, store: Store, engine: Engine) -> SpotChecker:
 def register_configured_version(cfg: PropelConfig, store: Store, name: str) -> None:
     """Register ``solver.version`` (what the endpoint serves at start). A version announced since
     stays current when it is newer: a restart with an older config does not move spot-checks back."""
-    from curriculum import solver_versions
+    from curriculum.store import solver_versions
 
     with store.session() as s:
         try:

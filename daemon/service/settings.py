@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from curriculum.artifacts import ArtifactError, ArtifactStore, open_artifacts
-from curriculum.first_probe import ActiveSettings
-from curriculum.novelty import DiversityTerm
+from curriculum.common.solver_api import Sampling, SolverBackend
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing.first_probe import ActiveSettings
+from curriculum.reward.novelty import DiversityTerm
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.staleness import StalenessPolicy
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactError, ArtifactStore, open_artifacts
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings

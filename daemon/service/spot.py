@@ -1,6 +1,6 @@
 """Spot-check dispatchers: in-process (embedded mode) or Celery (distributed mode).
 
-Both run the same plain function, :func:`curriculum.spotcheck.run_spotcheck`; a dispatch that
+Both run the same plain function, :func:`curriculum.labelling.spotcheck.run_spotcheck`; a dispatch that
 cannot reach the broker raises :class:`~daemon.loop.ports.DispatchError` and the driver retries it next cycle (the
 Celery task ids are deterministic and the trials idempotent, so a retry never duplicates rows).
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import run_spotcheck
+from curriculum.labelling.spotcheck import run_spotcheck
 from curriculum.store.db import Store
 from daemon.loop.ports import DispatchError
 from probes.band import Band

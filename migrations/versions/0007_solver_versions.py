@@ -2,7 +2,7 @@
 ``solver_name`` + ``solver_version``; labels keep a trainer's ``errors`` and ``sampling``.
 
 Existing rows are carried over with the version their stored solver id implies
-(:func:`curriculum.solver_versions.split_solver_id`: ``policy@step-1200`` → ``policy`` /
+(:func:`curriculum.store.solver_versions.split_solver_id`: ``policy@step-1200`` → ``policy`` /
 ``step-1200``; an id without ``@`` is the unversioned ``""``), and each (name, version) found is
 registered with its derived order (NULL — unordered, never current — when the string implies none).
 Downgrade drops the new columns and table; the rows themselves, keyed by ``solver_id``, stay intact.
@@ -27,7 +27,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TABLES = ("solver_trials", "labels")
-# A migration is a snapshot: the two rules of curriculum.solver_versions it applies are copied here
+# A migration is a snapshot: the two rules of curriculum.store.solver_versions it applies are copied here
 # (split_solver_id, derive_order) so that later changes there cannot change what this revision did.
 _DERIVABLE = re.compile(r"^(?:[A-Za-z]+[-_]?)?(\d{1,15})$")
 

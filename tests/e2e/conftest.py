@@ -23,7 +23,7 @@ E2E_BOOTSTRAP_STEPS = int(os.environ.get("PROPEL_E2E_BOOTSTRAP_STEPS", "300"))
 @pytest.fixture(scope="session")
 def tiny_generator(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bootstrapped arith generator (cached per settings under a session directory)."""
-    from curriculum.bootstrap import bootstrap
+    from curriculum.rl.bootstrap import bootstrap
 
     cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path_factory.mktemp("e2e-models")))
     result = bootstrap("arith", data_dir=cache, steps=E2E_BOOTSTRAP_STEPS, show_progress=False)

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from curriculum import drift
-from curriculum.frontier_view import frontier_summary
+from curriculum.frontier import drift
+from curriculum.frontier.frontier_view import frontier_summary
 from curriculum.store.db import Store
 from curriculum.store.models import MetricPoint, RetrainJob
 from propel_sdk.client import PropelClient

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from curriculum.bootstrap import bootstrap
+from curriculum.rl.bootstrap import bootstrap
 from curriculum.store import trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import AgentTurn, QueueItem, SolverTrial, TaskRow

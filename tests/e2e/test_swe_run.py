@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum.bootstrap import BootstrapSettings, bootstrap
 from curriculum.domains.swe.cli import fetch_and_preflight
+from curriculum.rl.bootstrap import BootstrapSettings, bootstrap
 from curriculum.store.db import Store
 from curriculum.store.models import QueueItem
 from propel_sdk.grading import GradingUnavailable, grade

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from curriculum.artifacts import ArtifactError, open_artifacts
 from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
 from curriculum.rl.checkpoints import CheckpointStore
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactError, open_artifacts
 from curriculum.store.db import Store
 from curriculum.store.models import Artifact, GeneratorCheckpoint
 

@@ -83,7 +83,7 @@ def test_backpressure_and_a_failing_retrain(sqlite_store: Store, tmp_path: Path)
     assert health.BACKPRESSURE in state.degraded, state.degraded
     assert "high-water mark 5" in state.degraded[health.BACKPRESSURE]["detail"]
     assert retrainer.specs, "a retrain job was submitted"
-    from curriculum.retrain import finish_job
+    from curriculum.probing.retrain import finish_job
 
     finish_job(sqlite_store, retrainer.specs[0].name, "failed", "worker ran out of memory")
     _cycle(driver)

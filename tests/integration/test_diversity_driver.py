@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
-from curriculum.novelty import canonical_form
+from curriculum.reward.novelty import canonical_form
 from curriculum.store.db import Store
 from curriculum.store.models import MetricPoint, QueueItem, TaskRow
 from daemon.config import PropelConfig

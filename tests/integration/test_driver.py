@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from curriculum.retrain import job_outcome, run_retrain
+from curriculum.probing.retrain import job_outcome, run_retrain
 from curriculum.store import lineage, repo
 from curriculum.store.db import Store
 from curriculum.store.models import (

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from curriculum import drift, solver_versions
+from curriculum.frontier import drift
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import Label, RetrainJob, SolverTrial
 from daemon.loop.driver import Driver

@@ -12,8 +12,9 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from curriculum import drift, solver_versions
+from curriculum.frontier import drift
 from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import Label, MetricPoint, RetrainJob, SolverTrial
 from daemon.http.api import ApiContext, create_app

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from curriculum.solvers.base import Sampling
+from curriculum.common.solver_api import Sampling
 from curriculum.solvers.openai_backend import OpenAICompatibleSolver, RetryPolicy
 from testkit.servers import free_port, scripted_server, transformers_serve
 
@@ -18,7 +18,7 @@ FAST_RETRY = RetryPolicy(max_retries=2, backoff_s=0.01, max_backoff_s=0.02)
 
 @pytest.fixture(scope="module")
 def served_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+    from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 
     root = tmp_path_factory.mktemp("served")
     tok = build_char_tokenizer()

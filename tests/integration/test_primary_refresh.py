@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum import frontier_labels, retrain, solver_versions
 from curriculum.domains.arith import ArithDomain
-from curriculum.retrain import run_retrain
+from curriculum.frontier import frontier_labels
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing import retrain
+from curriculum.probing.retrain import run_retrain
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.staleness import StalenessPolicy
-from curriculum.store import lineage, queue, repo
+from curriculum.store import lineage, queue, repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import ProbeRow, QueueItem
 from daemon.loop.driver import Driver

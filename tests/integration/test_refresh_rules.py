@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from curriculum import solver_versions
 from curriculum.domains.arith import ArithDomain
-from curriculum.refresh import load_refresh_data
-from curriculum.retrain import run_retrain
+from curriculum.frontier.refresh import load_refresh_data
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing.retrain import run_retrain
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.staleness import StalenessPolicy
-from curriculum.store import repo
+from curriculum.store import repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem
 from daemon.loop.frontier import collect_refresh, retire_ready

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, func, select
 
-from curriculum.artifacts import open_artifacts
 from curriculum.domains.arith import ArithDomain
-from curriculum.retrain import RetrainSpec, carry_out, create_job, job_outcome, run_retrain
+from curriculum.probing.retrain import RetrainSpec, carry_out, create_job, job_outcome, run_retrain
 from curriculum.store import lineage, repo
+from curriculum.store.artifacts import open_artifacts
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, ProbeRow, RetrainJob
 from probes import FeatureExtractor, load_probe

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import ArithDomain, random_expression
-from curriculum.solvers.base import Completion, Sampling
+from curriculum.labelling.spotcheck import LabelValue, harvest_labels, run_spotcheck
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import LabelValue, harvest_labels, run_spotcheck
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import Label, SolverTrial

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from curriculum import solver_versions
+from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem
 from daemon.http.api import ApiContext, create_app

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from curriculum import solver_versions
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import ArithDomain
+from curriculum.labelling.spotcheck import false_positives, harvest_labels, run_spotcheck
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import false_positives, harvest_labels, run_spotcheck
-from curriculum.store import lineage, repo
+from curriculum.store import lineage, repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, SolverTrial
 from probes.band import Band

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from curriculum.domains.base import get_domain
 from curriculum.domains.swe.cli import fetch_and_preflight
 from curriculum.domains.swe.domain import SweDomain
-from curriculum.spotcheck import harvest_labels
+from curriculum.labelling.spotcheck import harvest_labels
 from curriculum.store import repo, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial
@@ -195,7 +195,7 @@ def test_a_real_openai_compatible_server_takes_the_agents_requests(tmp_path: Pat
     """`transformers serve` with a tiny random model (it cannot call tools: the episode ends at its
     first answer): the start check passes, the server accepts the agent's chat request with its
     ``tools``, the trial is graded ``fail`` and its one turn is stored."""
-    from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+    from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
     from daemon.service.settings import check_endpoints
     from testkit.servers import transformers_serve
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum import frontier_labels, frontier_view
 from curriculum.domains.arith import ArithDomain
-from curriculum.refresh import load_refresh_data
-from curriculum.retrain import load_samples, run_retrain
+from curriculum.frontier import frontier_labels, frontier_view
+from curriculum.frontier.refresh import load_refresh_data
+from curriculum.frontier.staleness import StalenessPolicy
+from curriculum.probing.retrain import load_samples, run_retrain
 from curriculum.solvers import build_solver
-from curriculum.staleness import StalenessPolicy
 from curriculum.store import queue, repo, transfer
 from curriculum.store.db import Store
 from curriculum.store.models import TaskRow

@@ -1,11 +1,11 @@
-"""curriculum.active_labelling: uncertainty selection, round budget, one-class fallback, end to end."""
+"""curriculum.labelling.active_labelling: uncertainty selection, round budget, one-class fallback, end to end."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from curriculum.active_labelling import (
+from curriculum.labelling.active_labelling import (
     Predict,
     head_fitter,
     label_actively,
@@ -13,7 +13,7 @@ from curriculum.active_labelling import (
     select_uncertain,
     uncertainty,
 )
-from curriculum.spotcheck import LabelValue
+from curriculum.labelling.spotcheck import LabelValue
 from probes.training import TrainConfig
 
 

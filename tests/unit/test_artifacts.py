@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.artifacts import (
+from curriculum.store.artifacts import (
     CAS_PREFIX,
     ArtifactError,
     ArtifactStore,

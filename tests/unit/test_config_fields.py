@@ -205,7 +205,7 @@ def _diversity(c: PropelConfig) -> Any:
 
 def _spot_version(c: PropelConfig) -> tuple[str, str, int | None]:
     """The spot-checker's solver name, and the current version (and its order) it registered at start."""
-    from curriculum import solver_versions
+    from curriculum.store import solver_versions
     from curriculum.store.db import Store
     from curriculum.store.models import Base
     from daemon.service.runtime import build_spot

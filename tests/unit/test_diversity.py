@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 from nltk.util import ngrams
 
-from curriculum.diversity import (
+from curriculum.reward.diversity import (
     collapse_metrics,
     distinct_n,
     fixed_sample,

@@ -1,4 +1,4 @@
-"""The first probe's corpus as the engine builds it (``curriculum.first_probe``): uniform and active
+"""The first probe's corpus as the engine builds it (``curriculum.probing.first_probe``): uniform and active
 labelling with the synthetic solver on real arith tasks; the one-class refusal."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import random
 import numpy as np
 import pytest
 
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.domains.base import Task
-from curriculum.first_probe import (
+from curriculum.probing.first_probe import (
     ActiveSettings,
     OneClassCorpus,
     distinct_valid_tasks,
     label_corpus,
     label_corpus_actively,
 )
-from curriculum.solvers.base import Sampling
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from probes.band import Band
 

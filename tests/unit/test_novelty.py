@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from curriculum.diversity import distinct_n, tokenize
 from curriculum.domains.arith import random_expression
-from curriculum.novelty import DiversityTerm, canonical_form, hashed_ngrams
+from curriculum.reward.diversity import distinct_n, tokenize
+from curriculum.reward.novelty import DiversityTerm, canonical_form, hashed_ngrams
 
 AZR = """```python
 def f(words, k):

@@ -8,13 +8,13 @@ import random
 
 import pytest
 
+from curriculum.common.solver_api import Sampling, attempt_runner
 from curriculum.domains.arith import ArithDomain, random_expression
 from curriculum.domains.base import Task
-from curriculum.first_probe import label_corpus
+from curriculum.labelling.spotcheck import label_tasks
+from curriculum.probing.first_probe import label_corpus
 from curriculum.solvers import DelayedSolver, build_solver
-from curriculum.solvers.base import Sampling, attempt_runner
 from curriculum.solvers.synthetic import SyntheticArithSolver
-from curriculum.spotcheck import label_tasks
 from probes.band import Band
 from testkit.flaky_solver import BatchedOnly, FlakySolver
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.spotcheck import LabelValue, budget_left, compute_label, false_positives, select_candidates
+from curriculum.labelling.spotcheck import LabelValue, budget_left, compute_label, false_positives, select_candidates
 from probes.band import Band
 
 BAND = Band(k=8, lo=1, hi=3, min_valid_trials=6)

@@ -10,8 +10,8 @@ from testkit.benchmark_source import assert_drives_product
 SHARED = {("curriculum.domains.swe.agent_roles", "generate_bug"),
           ("curriculum.domains.swe.agent_backends", "build_agent_solver"),
           ("curriculum.domains.swe.agent_backends", "agent_limits"),
-          ("curriculum.spotcheck", "grade_outcome"), ("curriculum.spotcheck", "compute_label"),
-          ("curriculum.spotcheck", "bind_tasks"), ("testkit.servers", "scripted_server")}
+          ("curriculum.labelling.spotcheck", "grade_outcome"), ("curriculum.labelling.spotcheck", "compute_label"),
+          ("curriculum.labelling.spotcheck", "bind_tasks"), ("testkit.servers", "scripted_server")}
 #: the agent loop, its tools and the verifier must not be driven directly (they run inside the roles)
 LOOP_INTERNALS = ("run_agent", "Toolbox", "Verifier", "Workspace", "git_apply", "grade_fix")
 

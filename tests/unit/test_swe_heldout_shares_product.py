@@ -9,10 +9,11 @@ from testkit.benchmark_source import BENCHMARKS, assert_drives_product
 
 BENCHMARK = BENCHMARKS / "swe_heldout.py"
 SHARED = {("daemon.service.engine", "build_engine"), ("daemon.service.lifecycle", "open_run"),
-          ("curriculum.first_probe", "label_corpus"), ("curriculum.first_probe", "distinct_valid_tasks"),
-          ("curriculum.first_probe", "register_primaries"), ("curriculum.first_probe", "task_groups"),
-          ("probes.fit", "fit_probe"), ("curriculum.evaluation", "evaluate_texts"),
-          ("curriculum.domains.base", "generation_text"), ("curriculum.bootstrap", "bootstrap"),
+          ("curriculum.probing.first_probe", "label_corpus"),
+          ("curriculum.probing.first_probe", "distinct_valid_tasks"),
+          ("curriculum.probing.first_probe", "register_primaries"), ("curriculum.probing.first_probe", "task_groups"),
+          ("probes.fit", "fit_probe"), ("curriculum.probing.evaluation", "evaluate_texts"),
+          ("curriculum.domains.base", "generation_text"), ("curriculum.rl.bootstrap", "bootstrap"),
           ("curriculum.domains.swe.synthetic", "SyntheticSweSolver")}
 LOOP_INTERNALS = ("GeneratorTrainer", "HardGateReward", "SoftGateReward", "ProbeScorer", "run_chunk", "label_tasks",
                   "cpu_profile", "Verifier", "parse_spec", "mutation_patch")

@@ -27,9 +27,10 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "toy_propel.py"
 #: (module, name) the benchmark must import: the daemon's own definitions
 SHARED = {("daemon.service.engine", "build_engine"), ("daemon.service.runtime", "assemble_driver"),
           ("daemon.service.runtime", "ServiceHooks"), ("daemon.service.lifecycle", "open_run"),
-          ("curriculum.first_probe", "label_corpus"), ("curriculum.first_probe", "distinct_valid_tasks"),
-          ("curriculum.first_probe", "register_primaries"), ("probes.fit", "fit_probe"),
-          ("curriculum.first_probe", "label_corpus_actively"), ("daemon.service.settings", "active_settings"),
+          ("curriculum.probing.first_probe", "label_corpus"),
+          ("curriculum.probing.first_probe", "distinct_valid_tasks"),
+          ("curriculum.probing.first_probe", "register_primaries"), ("probes.fit", "fit_probe"),
+          ("curriculum.probing.first_probe", "label_corpus_actively"), ("daemon.service.settings", "active_settings"),
           ("daemon.service.settings", "active_pool_samples")}
 # names the loop's own machinery goes by: a benchmark that uses one of them copies the loop
 LOOP_INTERNALS = ("GeneratorTrainer", "HardGateReward", "SoftGateReward", "train_aux_probe", "select_candidates",
@@ -59,8 +60,9 @@ def test_benchmark_imports_the_daemons_functions() -> None:
 
 def test_production_takes_them_from_the_same_modules() -> None:
     engine_imports = _imports(ast.parse(inspect.getsource(engine)))
-    assert {("curriculum.first_probe", n) for n in ("label_corpus", "distinct_valid_tasks", "register_primaries",
-                                                    "label_corpus_actively")} <= engine_imports
+    assert {("curriculum.probing.first_probe", n)
+            for n in ("label_corpus", "distinct_valid_tasks", "register_primaries",
+                      "label_corpus_actively")} <= engine_imports
     assert {("daemon.service.settings", n) for n in ("active_settings", "active_pool_samples")} <= engine_imports
     assert ("probes.fit", "fit_probe") in engine_imports
     assert ("daemon.service.lifecycle", "open_run") in _imports(ast.parse(inspect.getsource(runtime)))

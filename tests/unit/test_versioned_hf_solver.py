@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from curriculum.common.solver_api import Sampling
+from curriculum.common.tinymodels import save_tiny
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling
 from curriculum.solvers.hf import CheckpointMissing, VersionedHFSolver
-from curriculum.tinymodels import save_tiny
 
 
 def test_each_version_loads_its_checkpoint_and_stays_cached(tmp_path: Path, tiny_model, char_tokenizer) -> None:

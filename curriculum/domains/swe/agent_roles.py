@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.base import Task
 from curriculum.domains.swe.agent import (
     GENERATOR_SYSTEM,
@@ -23,7 +24,6 @@ from curriculum.domains.swe.agent import (
 from curriculum.domains.swe.domain import RepoState, SweDomain
 from curriculum.domains.swe.patches import git_apply
 from curriculum.domains.swe.sandbox import Workspace
-from curriculum.solvers.base import Completion, Sampling
 
 _TASK = re.compile(r"^Task: ([0-9a-f]{16})$", re.MULTILINE)
 

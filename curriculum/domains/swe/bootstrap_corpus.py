@@ -12,12 +12,12 @@ import hashlib
 import random
 from typing import Any
 
+from curriculum.common.pretrain_corpus import Corpus
 from curriculum.domains.swe.domain import TINY_PROMPT, SweDomain
-from curriculum.pretrain_corpus import Corpus
 
 
 def spec_line_corpus(options: dict[str, Any]) -> Corpus:
-    """The spec-line :class:`~curriculum.pretrain_corpus.Corpus` of ``SweDomain(**options)`` (tiny prompts)."""
+    """The spec-line :class:`~curriculum.common.pretrain_corpus.Corpus` of ``SweDomain(**options)`` (tiny prompts)."""
     domain = SweDomain(**{**options, "prompt_style": "tiny"})
     spaces = {name: sorted(s.render() for s in domain.spec_space(name)) for name in domain.usable_repos()}
     names = sorted(n for n, space in spaces.items() if space)

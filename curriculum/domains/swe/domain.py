@@ -58,8 +58,8 @@ _DIFF_BLOCK = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def swe_band() -> Any:
-    """:class:`curriculum.spotcheck.Band` with :data:`SWE_BAND` (imported lazily: it needs the store)."""
-    from curriculum.spotcheck import Band
+    """:class:`probes.band.Band` with :data:`SWE_BAND` (imported lazily: the ``probes`` package loads torch)."""
+    from probes.band import Band
 
     return Band(**SWE_BAND)
 

@@ -23,8 +23,8 @@ import re
 import time
 from pathlib import Path
 
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.swe.cache import RepoCache
-from curriculum.solvers.base import Completion, Sampling
 
 OPERATOR_DIFFICULTY = {
     "remove_loop": 0.5, "remove_if": 1.0, "remove_assign": 1.0, "invert_if": 1.0, "remove_not": 1.0,

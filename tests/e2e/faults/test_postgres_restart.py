@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.arith import ArithDomain
+from curriculum.labelling.spotcheck import run_spotcheck
 from curriculum.solvers import build_solver
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import run_spotcheck
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow

@@ -142,7 +142,7 @@ class CountingGate:
 
 
 def _tiny_model() -> torch.nn.Module:
-    from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
+    from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
 
     return tiny_qwen2(build_char_tokenizer(), hidden_size=16, num_layers=1, num_heads=2)
 

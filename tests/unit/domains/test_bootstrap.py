@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from curriculum.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
+from curriculum.rl.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
 from daemon.cli.bootstrap import bootstrap as bootstrap_command
 
 TINY = BootstrapSettings(steps=3, hidden_size=64, num_layers=2, eval_samples=8, max_new_tokens=16)
@@ -77,7 +77,7 @@ def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: py
                                                                  tmp_path: Path) -> None:
     import torch
 
-    from curriculum import bootstrap as boot
+    from curriculum.rl import bootstrap as boot
 
     seen: list[int] = []
     real_train = boot.train

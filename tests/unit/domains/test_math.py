@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.math import MathDomain
 from curriculum.domains.math_equiv import Equivalence, last_boxed, latex_to_sympy, split_top_level
 from curriculum.sandbox import get_sandbox
-from curriculum.solvers.base import Completion, Sampling
 
 GOOD = "Problem: A box holds 3 red and 5 blue balls. How many balls are there?\nAnswer: \\boxed{8}"
 

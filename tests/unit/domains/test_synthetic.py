@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.arith import ArithDomain
 from curriculum.domains.base import Task
-from curriculum.solvers.base import Sampling, SolverBackend
 from curriculum.solvers.synthetic import SyntheticArithSolver
 
 D = ArithDomain()

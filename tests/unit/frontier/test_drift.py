@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.drift import (
+from curriculum.frontier.drift import (
     drift_score,
     measured_pairs,
     old_strata,
@@ -12,7 +12,7 @@ from curriculum.drift import (
     stratum,
     transition_matrix,
 )
-from curriculum.staleness import LabelRecord, Weighted
+from curriculum.frontier.staleness import LabelRecord, Weighted
 from daemon.loop.frontier import drift_share
 from probes.band import Band
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.refresh import HoldoutScore, decide, split_recent
+from curriculum.frontier.refresh import HoldoutScore, decide, split_recent
 
 
 def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:

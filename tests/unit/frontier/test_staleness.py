@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from curriculum.frontier_labels import trainer_label
-from curriculum.solver_versions import (
+from curriculum.frontier.frontier_labels import trainer_label
+from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, freshest_per_task, weigh
+from curriculum.labelling.spotcheck import LabelValue
+from curriculum.store.solver_versions import (
     SolverVersion,
     VersionError,
     ages,
@@ -16,8 +18,6 @@ from curriculum.solver_versions import (
     resolve_order,
     split_solver_id,
 )
-from curriculum.spotcheck import LabelValue
-from curriculum.staleness import LabelRecord, StalenessPolicy, freshest_per_task, weigh
 from probes.band import Band
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -2,8 +2,10 @@
 
 Top level: ``probes`` ← ``curriculum`` ← ``workers`` ← ``daemon`` (``migrations`` and ``propel_sdk``
 sit beside ``workers``: they may use ``curriculum``, and only the daemon uses them). Inside
-``daemon``: ``ops`` ← ``config`` ← ``loop`` ← ``http`` ← ``service`` ← ``cli``. Imports inside
-functions count too: a lazy import that runs the wrong way is still a wrong-way dependency.
+``daemon``: ``ops`` ← ``config`` ← ``loop`` ← ``http`` ← ``service`` ← ``cli``. Inside ``curriculum``:
+the sub-packages of :data:`CURRICULUM_LAYERS` (docs/LAYOUT.md), each importing only those it rests on,
+directly or through another; ``curriculum/`` itself holds no loose modules. Imports inside functions
+count too: a lazy import that runs the wrong way is still a wrong-way dependency.
 """
 
 from __future__ import annotations
@@ -22,15 +24,29 @@ ALLOWED = {
     "daemon": set(PACKAGES),
 }
 DAEMON_LAYERS = ("ops", "config", "loop", "http", "service", "cli")
+#: Each sub-package of ``curriculum`` and the ones it rests on; it may import those and, through
+#: them, everything they rest on. Siblings (``frontier``, ``reward``, ``rl``) do not import each other.
+CURRICULUM_LAYERS: dict[str, tuple[str, ...]] = {
+    "common": (),                       # solver contract, fs/tiny-model utilities, pretraining corpus type
+    "sandbox": ("common",),             # running untrusted code with per-candidate limits
+    "domains": ("sandbox",),            # task formats: parse, validate, grade
+    "solvers": ("domains",),            # solver backends (the contract is in common)
+    "store": ("common",),               # database, queue, artifacts, solver versions
+    "labelling": ("solvers", "store"),  # spot-check and active/sequential labelling
+    "frontier": ("labelling",),         # following the solver: trainer labels, staleness, drift, refresh
+    "reward": ("labelling",),           # the generator's reward and its diversity terms
+    "rl": ("domains", "store"),         # the generator: bootstrap, GRPO + LoRA chunks, checkpoints
+    "probing": ("frontier", "reward"),  # the probe's lifecycle: first probe, co-evolution, retrain, evaluation
+}
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = ROOT) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
+        for path in (root / pkg).rglob("*.py"):
             if "versions" in path.parts:
                 continue
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             out[".".join(parts)] = path
@@ -46,8 +62,8 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    modules = _modules(root)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         is_pkg = path.name == "__init__.py"
@@ -75,6 +91,35 @@ def _daemon_layer(mod: str) -> int | None:
     if parts[0] != "daemon" or len(parts) < 2:
         return None
     return DAEMON_LAYERS.index(parts[1]) if parts[1] in DAEMON_LAYERS else None
+
+
+def _below(layer: str) -> set[str]:
+    """Every ``curriculum`` sub-package that ``layer`` rests on, directly or through another."""
+    out: set[str] = set()
+    todo = list(CURRICULUM_LAYERS[layer])
+    while todo:
+        nxt = todo.pop()
+        if nxt not in out:
+            out.add(nxt)
+            todo.extend(CURRICULUM_LAYERS[nxt])
+    return out
+
+
+def curriculum_wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between ``curriculum`` sub-packages that :data:`CURRICULUM_LAYERS` does not allow,
+    and modules outside any known sub-package (a loose module, or a sub-package with no layer)."""
+    wrong = []
+    for a, deps in sorted(graph.items()):
+        parts = a.split(".")
+        if parts[0] != "curriculum" or a == "curriculum":
+            continue
+        if len(parts) < 3 and (len(parts) < 2 or parts[1] not in CURRICULUM_LAYERS):
+            wrong.append(f"{a}: not in a sub-package of CURRICULUM_LAYERS")
+            continue
+        allowed = _below(parts[1]) | {parts[1]}
+        wrong += [f"{a} → {b}" for b in sorted(deps)
+                  if b.split(".")[0] == "curriculum" and (b == "curriculum" or b.split(".")[1] not in allowed)]
+    return wrong
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -137,6 +182,44 @@ def test_daemon_subpackages_follow_their_layers() -> None:
             if la is not None and lb is not None and lb > la:
                 wrong.append(f"{a} → {b}")
     assert wrong == []
+
+
+def test_curriculum_subpackages_follow_their_layers() -> None:
+    assert curriculum_wrong_way(import_graph()) == []
+
+
+def test_every_curriculum_subpackage_has_a_layer_and_the_layers_have_no_cycle() -> None:
+    on_disk = {p.name for p in (ROOT / "curriculum").iterdir() if (p / "__init__.py").is_file()}
+    assert on_disk == set(CURRICULUM_LAYERS)
+    assert _cycles({k: set(v) for k, v in CURRICULUM_LAYERS.items()}) == []
+    assert _below("probing") >= {"frontier", "reward", "labelling", "store", "common"}
+    assert "frontier" not in _below("reward") and "reward" not in _below("frontier")
+
+
+def test_a_wrong_way_import_inside_curriculum_fails(tmp_path: Path) -> None:
+    """A synthetic tree: the store importing the frontier (lazily, as the old ``store/repo.py`` did),
+    a sibling importing a sibling (relatively), and a loose module; the allowed arrows stay quiet."""
+    files = {
+        "curriculum/__init__.py": "",
+        "curriculum/loose.py": "",
+        "curriculum/store/__init__.py": "",
+        "curriculum/store/db.py": "",
+        "curriculum/store/repo.py": "def f():\n    from curriculum.frontier.staleness import weigh\n",
+        "curriculum/frontier/__init__.py": "",
+        "curriculum/frontier/staleness.py": "from curriculum.store import db\nfrom ..reward import rewards\n",
+        "curriculum/reward/__init__.py": "",
+        "curriculum/reward/rewards.py": "from curriculum.labelling.spotcheck import Band\n",
+        "curriculum/labelling/__init__.py": "",
+        "curriculum/labelling/spotcheck.py": "from curriculum.store.repo import f\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert curriculum_wrong_way(import_graph(tmp_path)) == [
+        "curriculum.frontier.staleness → curriculum.reward.rewards",
+        "curriculum.loose: not in a sub-package of CURRICULUM_LAYERS",
+        "curriculum.store.repo → curriculum.frontier.staleness",
+    ]
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from probes import FrozenReference
 
 ALPHABET = "0123456789+-"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.spotcheck import compute_label
+from curriculum.labelling.spotcheck import compute_label
 from probes.band import Band, Side
 
 

@@ -129,7 +129,7 @@ def test_reference_is_frozen_and_unchanged(reference: FrozenReference) -> None:
 
 
 def test_fingerprint_is_stable_and_sensitive(tiny_parts) -> None:
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
 
     model, tokenizer = tiny_parts
     twin = tiny_qwen2(tokenizer, hidden_size=64, num_layers=2, seed=0)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from curriculum.bootstrap import load_bootstrapped
+from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
+from curriculum.rl.bootstrap import load_bootstrapped
 from curriculum.rl.model import load_base
-from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from probes.reference import FrozenReference, load_tokenizer
 
 TEXT = "BUG: six six.py::with_metaclass compare_flip 0"

@@ -18,7 +18,7 @@ SPEC = FeatureSpec(layer=-1, pooling="mean_full")
 
 @pytest.fixture(scope="session")
 def tok():
-    from curriculum.tinymodels import build_char_tokenizer
+    from curriculum.common.tinymodels import build_char_tokenizer
 
     return build_char_tokenizer()
 
@@ -31,8 +31,8 @@ def pretrained_state(tok):
 
 def quick_pretrained(tok, hidden: int, layers: int, seed: int):
     """A tiny Qwen2 generator pretrained for a few seconds (valid enough to give GRPO reward spread)."""
-    from curriculum.bootstrap import BootstrapSettings, train
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
+    from curriculum.rl.bootstrap import BootstrapSettings, train
 
     torch.set_num_threads(1)
     model = tiny_qwen2(tok, hidden_size=hidden, num_layers=layers, seed=seed)
@@ -44,7 +44,7 @@ def quick_pretrained(tok, hidden: int, layers: int, seed: int):
 
 @pytest.fixture
 def generator(tok, pretrained_state):
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
 
     model = tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0)
     model.load_state_dict(pretrained_state)
@@ -54,7 +54,7 @@ def generator(tok, pretrained_state):
 @pytest.fixture(scope="session")
 def reference(tok) -> FrozenReference:
     """A frozen reference with a different architecture from the generator (hidden 32, 1 layer)."""
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
 
     return FrozenReference(tiny_qwen2(tok, hidden_size=32, num_layers=1, seed=7), tok, model_id="tiny-ref-32x1")
 

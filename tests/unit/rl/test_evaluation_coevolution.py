@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from curriculum.coevolution import LabelledSample, build_aux_dataset, dominant_topic, train_aux_probe
+from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import analyse
-from curriculum.evaluation import TaskOutcome, evaluate_texts, summarise
-from curriculum.solvers.base import Completion, Sampling
-from curriculum.spotcheck import LabelValue
+from curriculum.labelling.spotcheck import LabelValue
+from curriculum.probing.coevolution import LabelledSample, build_aux_dataset, dominant_topic, train_aux_probe
+from curriculum.probing.evaluation import TaskOutcome, evaluate_texts, summarise
 from probes import FeatureExtractor, ProbeScorer
 from probes.band import Band
 from tests.unit.rl.conftest import SPEC, arith_texts

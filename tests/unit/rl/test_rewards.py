@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from curriculum.novelty import DiversityTerm
-from curriculum.rewards import (
+from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.rewards import (
     HardGateReward,
     ProbeOnlyReward,
     RewardError,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from curriculum.novelty import DiversityTerm
-from curriculum.rewards import HardGateReward, ProbeOnlyReward
+from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.rewards import HardGateReward, ProbeOnlyReward
 from curriculum.rl import GeneratorTrainer, cpu_profile
 from curriculum.rl.model import adapter_state, base_state
 from probes import ProbeScorer
@@ -41,7 +41,7 @@ def test_five_steps_move_lora_only(tmp_path: Path, tok, generator, reference, sc
 
 def test_resume_after_restart_with_hot_swapped_reward(tmp_path: Path, tok, generator, pretrained_state, reference,
                                                       scorer, domain) -> None:
-    from curriculum.tinymodels import tiny_qwen2
+    from curriculum.common.tinymodels import tiny_qwen2
 
     torch.set_num_threads(1)
     first = GeneratorTrainer(_config(), tmp_path, model=generator, tokenizer=tok)

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.swe.agent import AgentLimits, ChatClient, Toolbox, run_agent
 from curriculum.domains.swe.agent_roles import AgentSweSolver, generate_bug
 from curriculum.domains.swe.cli import fetch_and_preflight
 from curriculum.domains.swe.domain import SweDomain
 from curriculum.domains.swe.sandbox import RlimitSuiteRunner, Workspace
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import grade_outcome
+from curriculum.labelling.spotcheck import grade_outcome
 from testkit.servers import scripted_server
 
 from .conftest import FIXTURE, POLICY, fixture_registry

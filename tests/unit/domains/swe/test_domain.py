@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from curriculum.common.solver_api import Sampling
 from curriculum.domains.base import Domain, Task, get_domain
 from curriculum.domains.swe.cache import RepoCache
 from curriculum.domains.swe.cli import fetch_and_preflight, main
@@ -16,8 +17,7 @@ from curriculum.domains.swe.preflight import preflight_repo
 from curriculum.domains.swe.registry import load_registry
 from curriculum.domains.swe.sandbox import RlimitSuiteRunner
 from curriculum.domains.swe.synthetic import SyntheticSweSolver, difficulty
-from curriculum.solvers.base import Sampling
-from curriculum.spotcheck import label_tasks
+from curriculum.labelling.spotcheck import label_tasks
 
 from .conftest import POLICY, fixture_registry
 

@@ -15,7 +15,7 @@ from curriculum.domains.arith import ArithDomain
 from curriculum.domains.base import generation_text
 from curriculum.domains.swe.cli import fetch_and_preflight
 from curriculum.domains.swe.domain import TINY_PROMPT, SweDomain
-from curriculum.rewards import HardGateReward
+from curriculum.reward.rewards import HardGateReward
 
 from .conftest import FIXTURE, POLICY
 

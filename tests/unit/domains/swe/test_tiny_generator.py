@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
 from curriculum.domains.swe.cli import fetch_and_preflight
 from curriculum.domains.swe.domain import TINY_PROMPT, SweDomain
-from curriculum.tinymodels import build_char_tokenizer, tiny_qwen2
 
 from .conftest import POLICY, fixture_registry
 

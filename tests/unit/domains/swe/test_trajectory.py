@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from curriculum.domains.base import Task
 from curriculum.domains.swe.mutator import enumerate_specs
 from curriculum.domains.swe.synthetic import OPERATOR_DIFFICULTY
 from curriculum.domains.swe.trajectory import bug_probe_input, episode_trajectory, turn_text
-from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from probes.cli import probes
 from probes.inputs import Trajectory
 
@@ -88,7 +88,7 @@ def test_sweep_cli_grouped_with_turn_poolings(corpus: Path, tmp_path: Path) -> N
 
 def test_swe_defaults_grouped_weighted_and_groups_by_repository() -> None:
     from curriculum.domains.swe.domain import SweDomain
-    from curriculum.first_probe import task_groups
+    from curriculum.probing.first_probe import task_groups
     from daemon.config import PropelConfig
 
     swe = PropelConfig.model_validate({"domain": {"name": "swe"}}).probes

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from curriculum import drift, solver_versions
-from curriculum.store import repo
+from curriculum.frontier import drift
+from curriculum.store import repo, solver_versions
 from curriculum.store.models import Label, ProbeRow, QueueItem
 
 

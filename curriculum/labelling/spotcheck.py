@@ -10,7 +10,7 @@ Sequential labelling (``spotcheck.sequential``; :func:`label_tasks` with ``seque
 :func:`run_spotcheck` with ``settle=band``): a task's attempts run one at a time and stop once its label is
 settled (:meth:`probes.band.Band.settled`: no outcome of the remaining attempts can change it). The label is
 the one all ``k`` attempts would give for the same outcomes; only the attempts actually run are stored and
-counted. It needs a backend that runs single attempts (:func:`curriculum.solvers.base.attempt_runner`);
+counted. It needs a backend that runs single attempts (:func:`curriculum.common.solver_api.attempt_runner`);
 a backend that samples ``k`` in one request runs all ``k``.
 """
 
@@ -26,10 +26,9 @@ from datetime import timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from curriculum import solver_versions
+from curriculum.common.solver_api import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
 from curriculum.domains.base import Domain, Task
-from curriculum.solvers.base import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
-from curriculum.store import repo, trajectories
+from curriculum.store import repo, solver_versions, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
 from probes.band import Band, Side
@@ -88,7 +87,7 @@ def label_tasks(domain: Domain, solver: SolverBackend, tasks: Sequence[Task], ba
                 chunk: int = 64, sequential: bool = False) -> list[LabelValue]:
     """``band.k`` solver attempts per task, graded and labelled in memory (nothing is stored).
 
-    ``sequential`` (and a backend that runs single attempts, :func:`~curriculum.solvers.base.attempt_runner`):
+    ``sequential`` (and a backend that runs single attempts, :func:`~curriculum.common.solver_api.attempt_runner`):
     attempts run one at a time per task, and a task stops once its label is settled — the same labels,
     fewer attempts (``LabelValue.attempts``). Tasks go to the solver ``chunk`` at a time; ``progress(n)``
     is called after each chunk."""
@@ -226,11 +225,11 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
                   sampling: Sampling, solver_id: str | None = None, settle: Band | None = None) -> SpotCheckResult:
     """Attempt each task until it has ``k`` trials by ``solver``; store graded trials idempotently.
 
-    ``solver_id`` is the qualified id (``name@version``, :mod:`curriculum.solver_versions`) the
+    ``solver_id`` is the qualified id (``name@version``, :mod:`curriculum.store.solver_versions`) the
     trials are recorded under — the version the solver's endpoint serves now; default: the backend's id.
     ``settle`` (sequential labelling, ``spotcheck.sequential``; ``settle.k`` must be ``k``): attempt a
     task one trial at a time, storing each round, and stop once its stored trials settle its label under
-    that band — when the backend can run single attempts (:func:`~curriculum.solvers.base.attempt_runner`);
+    that band — when the backend can run single attempts (:func:`~curriculum.common.solver_api.attempt_runner`);
     a batched backend runs all ``k`` as without it.
     """
     start = time.perf_counter()

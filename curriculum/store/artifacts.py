@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 
-from curriculum.fsutil import atomic_write
+from curriculum.common.fsutil import atomic_write
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Artifact, utcnow
 

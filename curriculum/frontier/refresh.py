@@ -1,7 +1,7 @@
 """Primary-probe refresh, champion/challenger.
 
 When the solver drifted (or enough new labels came in) the leader asks for a *challenger* primary
-probe, as a store-recorded job on the retrain queue (a :class:`~curriculum.retrain.RetrainSpec` with
+probe, as a store-recorded job on the retrain queue (a :class:`~curriculum.probing.retrain.RetrainSpec` with
 ``role = "primary"``: same idempotence as aux retrains — a redelivered message returns the recorded
 outcome, the probe name is unique). The job:
 
@@ -28,11 +28,11 @@ from typing import Any, cast
 import numpy as np
 from sqlalchemy import Table, bindparam, select, update
 
-from curriculum import frontier_labels
-from curriculum.artifacts import ArtifactStore
 from curriculum.domains.base import Domain, Task
-from curriculum.staleness import StalenessPolicy, freshest_per_task
+from curriculum.frontier import frontier_labels
+from curriculum.frontier.staleness import StalenessPolicy, freshest_per_task
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, Probe, ProbeEnsemble, TrainConfig, evaluate, load_probe, save_probe

@@ -1,8 +1,8 @@
 """Offline bootstrap of a tiny generator for the ``arith`` and ``swe`` domains.
 
 No weights can be downloaded here, so the toy pipeline starts from a character-level tokenizer
-(:func:`curriculum.tinymodels.build_char_tokenizer`) and a ~1M-parameter Qwen2 model
-(:func:`curriculum.tinymodels.tiny_qwen2`) pretrained with a plain torch loop on random arithmetic
+(:func:`curriculum.common.tinymodels.build_char_tokenizer`) and a ~1M-parameter Qwen2 model
+(:func:`curriculum.common.tinymodels.tiny_qwen2`) pretrained with a plain torch loop on random arithmetic
 expressions of mixed complexity (1–6 operators, see :data:`OP_COUNT_WEIGHTS`). Each training
 sequence is the generator prompt ``"Q:"`` followed by the expression and EOS, with no BOS, exactly
 what the generator later sees.
@@ -38,9 +38,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from curriculum.common.pretrain_corpus import Corpus
+from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
-from curriculum.pretrain_corpus import Corpus
-from curriculum.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from probes.progress import ProgressReporter
 
 #: Bump when the corpus recipe changes, so old caches are not reused.

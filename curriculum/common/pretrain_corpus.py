@@ -1,4 +1,4 @@
-"""What a tiny generator is pretrained on (:func:`curriculum.bootstrap.bootstrap`), one type for every
+"""What a tiny generator is pretrained on (:func:`curriculum.rl.bootstrap.bootstrap`), one type for every
 domain's recipe (kept apart so a domain's corpus module does not import the bootstrap)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from curriculum.staleness import LabelRecord, Weighted, freshest_per_task
+from curriculum.frontier.staleness import LabelRecord, Weighted, freshest_per_task
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import DriftMeasurement
 from probes.band import Band

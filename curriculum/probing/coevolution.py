@@ -4,7 +4,7 @@ The daemon's retrain phase calls :func:`train_aux_probe` with labelled samples o
 policy (spot-checked by the real solver). The recipe:
 
 * **false positives** — valid, probe probability ≥ ``threshold``, solve count outside the band —
-  are found with :func:`curriculum.spotcheck.false_positives` (the daemon records them in its
+  are found with :func:`curriculum.labelling.spotcheck.false_positives` (the daemon records them in its
   ``false_positives`` table when it labels spot-checks and passes them in as ``false_positive_ids``);
 * **positives** — in-band labelled tasks (the current samples' plus, typically, the original
   probe-training corpus' positives passed as ``extra_positives``);
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from curriculum.spotcheck import LabelValue, false_positives
+from curriculum.labelling.spotcheck import LabelValue, false_positives
 from probes import FeatureExtractor, FeatureSpec, Probe, TrainConfig
 from probes.band import Band
 from probes.fit import fit_probe

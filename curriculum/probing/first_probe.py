@@ -4,7 +4,7 @@ One definition shared by the daemon (:class:`daemon.service.engine.PropelEngine`
 primary probes with it) and the toy benchmark (``benchmarks/toy_propel.py`` builds its probes with
 it, then runs the daemon's engine and driver on them): validate the generator's completions and drop
 duplicates (:func:`distinct_valid_tasks`: one task labelled once), run ``band.k`` solver attempts per task
-(:func:`curriculum.spotcheck.label_tasks`: offline solver trials; with ``sequential``, a task's attempts
+(:func:`curriculum.labelling.spotcheck.label_tasks`: offline solver trials; with ``sequential``, a task's attempts
 stop once its label is settled — same labels, fewer trials), keep the tasks whose label is usable
 (enough valid trials), and refuse a corpus with one class only. ``solver_trials`` counts the attempts
 actually run.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from curriculum.active_labelling import head_fitter, label_actively
-from curriculum.artifacts import ArtifactStore
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, Task
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import LabelValue, label_tasks
+from curriculum.labelling.active_labelling import head_fitter, label_actively
+from curriculum.labelling.spotcheck import LabelValue, label_tasks
 from curriculum.store import repo
+from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store
 from probes import Probe, save_probe
 from probes.band import Band
@@ -81,9 +81,10 @@ def attempts_run(labels: Sequence[LabelValue], band: Band) -> int:
 def label_corpus_actively(domain: Domain, solver: SolverBackend, pool: Sequence[Task], features: np.ndarray,
                           band: Band, sampling: Sampling, settings: ActiveSettings,
                           say: Callable[[str], None] | None = None) -> tuple[LabelledCorpus, np.ndarray]:
-    """Label ``settings.budget`` tasks of ``pool`` chosen by :func:`curriculum.active_labelling.label_actively`
-    (a random seed set, then the tasks the probe ensemble is least sure of); ``features`` are the pool's
-    probe features, row for row. Returns the corpus and its feature rows."""
+    """Label ``settings.budget`` tasks of ``pool`` chosen by
+    :func:`curriculum.labelling.active_labelling.label_actively` (a random seed set, then the tasks the
+    probe ensemble is least sure of); ``features`` are the pool's probe features, row for row.
+    Returns the corpus and its feature rows."""
     def label(indices: list[int]) -> list[LabelValue]:
         return label_tasks(domain, solver, [pool[i] for i in indices], band, sampling, sequential=settings.sequential)
 

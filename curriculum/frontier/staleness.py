@@ -14,7 +14,7 @@ dashboard — goes through :func:`weigh` with one configurable :class:`Staleness
   are dropped.
 
 *Age* is the number of distinct version orders above the label's version
-(:func:`curriculum.solver_versions.ages`): 0 for the current version. A label whose version has no
+(:func:`curriculum.store.solver_versions.ages`): 0 for the current version. A label whose version has no
 age (an unordered legacy version, or one not registered) weighs 0. Labels of another solver *name*
 never mix: they weigh 0 whatever their age.
 

@@ -5,7 +5,7 @@ The leader writes a ``pending`` :class:`~curriculum.store.models.RetrainJob` row
 :class:`RetrainSpec`, then either calls :func:`run_retrain` itself or sends the spec to the run's
 ``retrain`` queue. :func:`run_retrain` loads every spot-check label of the run and the false positives
 the leader recorded in the ``false_positives`` table (the negatives; the leader marks them consumed
-when it activates the probe), trains the aux probe with :func:`curriculum.coevolution.train_aux_probe` on the
+when it activates the probe), trains the aux probe with :func:`curriculum.probing.coevolution.train_aux_probe` on the
 frozen reference, puts the artifact in the content-addressed artifact store, registers it **inactive** and
 records the outcome on the job row. The leader activates a ``done`` probe (it owns the reward).
 
@@ -25,13 +25,13 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from curriculum import frontier_labels, refresh
-from curriculum.artifacts import ArtifactStore
-from curriculum.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.domains.base import Domain, Task
-from curriculum.spotcheck import LabelValue
-from curriculum.staleness import StalenessPolicy, freshest_per_task
+from curriculum.frontier import frontier_labels, refresh
+from curriculum.frontier.staleness import StalenessPolicy, freshest_per_task
+from curriculum.labelling.spotcheck import LabelValue
+from curriculum.probing.coevolution import InsufficientAuxData, LabelledSample, dominant_topic, train_aux_probe
 from curriculum.store import lineage, repo
+from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store, insert_ignore
 from curriculum.store.models import Label, ProbeScore, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, TrainConfig, save_probe
@@ -64,7 +64,7 @@ class RetrainSpec:
     seed: int = 0
     solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
     staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
-    role: str = "aux"  # "primary": a champion/challenger refresh of the primary probe (curriculum.refresh)
+    role: str = "aux"  # "primary": a champion/challenger refresh of the primary probe (curriculum.frontier.refresh)
     champion: str = ""  # primary refresh: the champion's artifact (member 0)
     champion_members: list[str] = field(default_factory=list)  # primary refresh: every champion member's artifact
     members: int = 1  # primary refresh: challenger ensemble size (probes.members)
@@ -140,7 +140,7 @@ def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
     """Every usable labelled valid task of the run, as reference text + its current ensemble probability.
 
     With ``solver``: spot-check *and* trainer labels of that solver name that still count under
-    ``staleness`` (:mod:`curriculum.staleness`), the freshest one per task. Without: every spot-check
+    ``staleness`` (:mod:`curriculum.frontier.staleness`), the freshest one per task. Without: every spot-check
     label (runs that predate solver versions). All of them, not only the newest: the new aux probe
     replaces the previous one, so it must keep refusing what the earlier ones refused.
     """

@@ -17,7 +17,7 @@ mean puts near 0.5 (least certain) and items the members disagree on (high std) 
 ties go to the lower pool index, so a selection is a pure function of its inputs.
 
 Pure: no solver, database or model here; the caller's ``label(indices)`` runs the solver on those pool
-items and returns their :class:`~curriculum.spotcheck.LabelValue` s. An item whose ``in_band`` is
+items and returns their :class:`~curriculum.labelling.spotcheck.LabelValue` s. An item whose ``in_band`` is
 ``None`` (too few valid trials) is not used for fitting, but it was labelled: it counts against the
 budget (its trials were spent). ``benchmarks/active_labelling.py`` measures it against the uniform
 corpus at equal budgets.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from curriculum.spotcheck import LabelValue
+from curriculum.labelling.spotcheck import LabelValue
 from probes.fit import fit_head
 from probes.training import TrainConfig
 

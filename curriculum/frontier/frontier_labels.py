@@ -1,6 +1,6 @@
 """Labels across sources and solver versions: trainer outcomes become labels; every reader of labels
 (aux retrain, primary refresh, drift, dashboard) gets them through :func:`usable_labels`, which
-applies the staleness policy (:mod:`curriculum.staleness`) for one solver name — and one run: a label
+applies the staleness policy (:mod:`curriculum.frontier.staleness`) for one solver name — and one run: a label
 belongs to the run whose spot-check or trainer measured it (another run may replay the same task).
 
 A trainer's ack ``solved`` of ``n`` attempts with ``errors`` infrastructure failures is a label
@@ -19,10 +19,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from curriculum import solver_versions
-from curriculum.spotcheck import LabelValue
-from curriculum.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
-from curriculum.store import repo
+from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
+from curriculum.labelling.spotcheck import LabelValue
+from curriculum.store import repo, solver_versions
 from curriculum.store.models import Label, TaskRow
 from probes.band import Band
 
@@ -53,7 +52,7 @@ class TrainerOutcome:
 def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band, *,
                             run_id: int) -> list[LabelValue]:
     """Store trainer outcomes acked to run ``run_id`` as its ``consumer`` labels of ``name@version`` in one
-    multi-row write (the versions must be registered already: see :func:`curriculum.solver_versions.register`)."""
+    multi-row write (the versions must be registered already: see :func:`curriculum.store.solver_versions.register`)."""
     labs = [trainer_label(o.solved, o.n, o.errors, band) for o in outcomes]
     repo.upsert_labels(sess, [
         repo.NewLabel(o.task_id, run_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n,
@@ -92,7 +91,7 @@ def labels_written(sess: Session, solver_name: str, run_id: int) -> int:
 def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int,
                   task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[Weighted]:
     """Run ``run_id``'s labels of ``solver_name`` that still count under ``policy``
-    (see :func:`curriculum.staleness.weigh`)."""
+    (see :func:`curriculum.frontier.staleness.weigh`)."""
     ages = solver_versions.ages(solver_versions.versions(sess, solver_name))
     return weigh(label_records(sess, solver_name, run_id=run_id, task_ids=task_ids, sources=sources),
                  solver_name, ages, policy)

@@ -6,7 +6,7 @@ Sample ``N`` tasks, check validity, let the solver attempt every valid task ``k`
   realised solve count lies in the band ``[lo, hi]`` — the paper's frontier rate;
 * validity rate, the solve-count histogram (``invalid`` and ``unlabelled`` as their own buckets);
 * Self-BLEU-3 and Distinct-3 over all generations (on a fixed-size subsample: both depend on the
-  sample size) and the top-topic share over valid tasks, via :mod:`curriculum.diversity`;
+  sample size) and the top-topic share over valid tasks, via :mod:`curriculum.reward.diversity`;
 * the number of solver trials it spent (these are *evaluation* trials, never training signal).
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from curriculum.diversity import distinct_n, fixed_sample, self_bleu, topic_shares
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, Validity
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import LabelValue, label_tasks
+from curriculum.labelling.spotcheck import LabelValue, label_tasks
+from curriculum.reward.diversity import distinct_n, fixed_sample, self_bleu, topic_shares
 from probes.band import Band
 
 

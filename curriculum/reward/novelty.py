@@ -2,11 +2,11 @@
 
 Issue #22: co-evolution keeps the frontier lift but narrows the task distribution (Self-BLEU-3 up,
 Distinct-3 down); diversity was only monitored. :class:`DiversityTerm` makes the reward pay for it:
-``reward = probe reward − weight × penalty`` on valid completions (:mod:`curriculum.rewards`).
+``reward = probe reward − weight × penalty`` on valid completions (:mod:`curriculum.reward.rewards`).
 
 **Canonical forms** (:func:`canonical_form`) — surface noise must earn no novelty, so every
 comparison is made on a per-domain canonical form, then tokenised with the pinned tokenizer of the
-collapse metrics (:func:`curriculum.diversity.tokenize`) and re-joined with single spaces:
+collapse metrics (:func:`curriculum.reward.diversity.tokenize`) and re-joined with single spaces:
 
 * every domain: whitespace never matters (it only separates tokens);
 * ``azr`` (Python code induction): only the fenced blocks the domain reads count (text outside
@@ -53,7 +53,7 @@ n-gram sets cost one tokenisation per completion and a sorted-array join against
 blind to what the collapse metrics see on arith. Two different short expressions share almost no
 3-gram, so the mean pairwise Jaccard is ≈ 0 for every member of a varied-looking group and nearly
 constant across it, and GRPO's per-group advantage normalisation removes a constant. Self-BLEU-3
-(Zhu et al. 2018, "Texygen", the metric :mod:`curriculum.diversity` pins) instead asks, per text, how
+(Zhu et al. 2018, "Texygen", the metric :mod:`curriculum.reward.diversity` pins) instead asks, per text, how
 much of it — 1-, 2- and 3-grams, geometric mean — is *covered by the union* of the other texts: a
 policy that concentrates on favourite numbers and operator patterns raises it without producing
 near-copies. ``self_bleu`` is that per-text score as the penalty, on canonical forms: for orders
@@ -88,7 +88,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from curriculum.diversity import SMOOTHING_EPSILON, tokenize
+from curriculum.reward.diversity import SMOOTHING_EPSILON, tokenize
 
 _BUILTINS = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 _MATH_COMMANDS_DROPPED = frozenset({"left", "right", ",", ";", ":", "!", "quad", "qquad"})
@@ -99,7 +99,7 @@ _SHORT_SALT = np.uint64(0x9E3779B97F4A7C15)
 
 
 def whitespace_form(text: str) -> str:
-    """The tokens of :func:`curriculum.diversity.tokenize` joined by single spaces."""
+    """The tokens of :func:`curriculum.reward.diversity.tokenize` joined by single spaces."""
     return " ".join(tokenize(text))
 
 

@@ -21,7 +21,7 @@ returns too few valid trials); it never silently becomes 0. Every call appends a
 ``self.logs`` and, inside TRL, reports the same numbers through ``log_metric``.
 
 Diversity (issue #22, off by default): a probe reward built with a
-:class:`curriculum.novelty.DiversityTerm` subtracts ``weight × penalty`` (penalty ∈ [0, 1], repetition
+:class:`curriculum.reward.novelty.DiversityTerm` subtracts ``weight × penalty`` (penalty ∈ [0, 1], repetition
 within the GRPO group and against the archive of emitted tasks) from its **valid** completions
 only, and never takes a valid reward down to the invalid floor: the hard gate clips at
 ``valid_minimum`` as before, the soft gate at ``floor / 2``. The mean penalty of the valid
@@ -38,10 +38,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, Validity, generation_text
-from curriculum.novelty import DiversityTerm
-from curriculum.solvers.base import Sampling, SolverBackend
-from curriculum.spotcheck import compute_label, grade_outcome
+from curriculum.labelling.spotcheck import compute_label, grade_outcome
+from curriculum.reward.novelty import DiversityTerm
 from probes.band import Band
 
 
@@ -183,6 +183,19 @@ class ProbeReward(_LoggedReward, ABC):
         """Which checks need a probe score (the valid ones, unless the reward ignores validity)."""
         return [i for i, v in enumerate(checks) if v.valid]
 
+    def _gated(self, checks: Sequence[Validity], scores: Sequence[float], floor: float, valid_minimum: float,
+               kwargs: dict[str, Any]) -> list[float]:
+        """``floor`` for the checks without a score, ``scores`` (of :meth:`scored_indices`, in order) for
+        the rest, minus the diversity term, then clipped below at ``valid_minimum``: a gate's arithmetic."""
+        idx = self.scored_indices(checks)
+        _check_scores(idx, scores, self.__name__)
+        rewards = [floor] * len(checks)
+        for i, score in zip(idx, scores, strict=True):
+            rewards[i] = float(score)
+        rewards, penalty = self._diversify(checks, rewards)
+        clipped = _clip_valid(rewards, idx, valid_minimum)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+
     @abstractmethod
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
@@ -252,14 +265,7 @@ class HardGateReward(ProbeReward):
 
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
-        valid_idx = self.scored_indices(checks)
-        _check_scores(valid_idx, logits, self.__name__)
-        rewards = [self.floor] * len(checks)
-        for i, logit in zip(valid_idx, logits, strict=True):
-            rewards[i] = float(logit)
-        rewards, penalty = self._diversify(checks, rewards)
-        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+        return self._gated(checks, logits, self.floor, self.valid_minimum, kwargs)
 
 
 class SoftGateReward(ProbeReward):
@@ -276,14 +282,7 @@ class SoftGateReward(ProbeReward):
 
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
-        valid_idx = self.scored_indices(checks)
-        _check_scores(valid_idx, probabilities, self.__name__)
-        rewards = [self.floor] * len(checks)
-        for i, p in zip(valid_idx, probabilities, strict=True):
-            rewards[i] = float(p)
-        rewards, penalty = self._diversify(checks, rewards)
-        clipped = _clip_valid(rewards, valid_idx, self.valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+        return self._gated(checks, probabilities, self.floor, self.valid_minimum, kwargs)
 
     @property
     def valid_minimum(self) -> float:
