@@ -239,7 +239,13 @@ class SpotCheckConfig(_Section):
     band_hi: int = Field(default=3, ge=0)
     min_valid_trials: int = Field(default=6, ge=1)
     budget_per_cycle: int = Field(default=32, ge=0, description="tasks per cycle")
-    budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour")
+    budget_per_hour: int = Field(default=512, ge=0, description="tasks per hour (the hard cap over any rolling hour)")
+    pace: bool = Field(default=True, description="spread budget_per_hour over the hour with a token bucket, so "
+                       "spot-checks, false-positive mining and aux retraining go on all hour (false: spend up to "
+                       "budget_per_cycle every cycle until the hour's budget is gone; for compressed-time benchmarks)")
+    burst: int = Field(default=32, ge=0, description="the pacing bucket's capacity in tasks (at most half of "
+                       "budget_per_hour): what a cycle may check after a quiet spell; the bucket refills at "
+                       "(budget_per_hour - burst) / 3600 tasks a second, so the hour never exceeds budget_per_hour")
     probe_high_share: float = Field(default=0.75, ge=0, le=1)
     deadline_s: float = Field(default=3600.0, gt=0, description="a dispatched spot-check with no label after "
                               "this long is sent again (only its missing trials are attempted)")
@@ -335,6 +341,41 @@ class EmissionConfig(_Section):
     unverified_grace_s: float = Field(default=3600.0, ge=0, description="while spot-check labels are missing "
                                       "(budget spent, no worker, broker down) emit on probe predictions for at most "
                                       "this long, then only spot-check-verified tasks")
+    verified_window_cycles: int = Field(default=30, ge=1, description="verified utility (next to predicted "
+                                        "utility in the cycle summary, /v1/status and the dashboard) is the in-band "
+                                        "share of the spot-check labels of probe-high tasks sampled in the last this "
+                                        "many cycles; 'unverified' when there is none")
+    stall_cycles: int = Field(default=10, ge=0, description="this many cycles in a row without an emitted task "
+                              "(queue not full) raise the emission_stalled degraded reason and alert, and spend the "
+                              "spot-check allowance on the top-scored waiting candidates; 0 disables the check")
+
+
+class HealthConfig(_Section):
+    """Always-on health (#34): when the probes are suspect of being reward-hacked (daemon/loop/hacking.py).
+
+    Conservative defaults (each signal must be far off before the daemon stops trusting its probes), to be
+    tuned from benchmarks/long_run.py; docs/OPERATIONS.md explains each."""
+
+    suspect_topic_js: float = Field(default=0.5, gt=0, le=1, description="the probes are suspect when the JS "
+                                    "divergence (bits) of a cycle's valid-task topics from the run's first sampled "
+                                    "cycle exceeds this (1: never)")
+    suspect_top_topic_share: float = Field(default=0.8, gt=0, le=1, description="… or one topic holds more than "
+                                           "this share of a cycle's valid tasks (1: never)")
+    suspect_gap: float = Field(default=0.3, gt=0, le=1, description="… or predicted utility exceeds verified "
+                               "utility by more than this (1: never)")
+    suspect_min_labels: int = Field(default=10, ge=1, description="labels the verified utility needs before the "
+                                    "gap counts")
+    suspect_hold_cycles: int = Field(default=5, ge=1, description="cycles the probes stay suspect after the last "
+                                     "signal tripped (no flapping); meanwhile only verified tasks are emitted")
+    rollback_validity: float = Field(default=0.3, ge=0, le=1, description="roll the generator back to its last "
+                                     "healthy checkpoint when sample validity stays below this (0: never)")
+    rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
+    escalate_after_cycles: int = Field(default=20, ge=0, description="a mitigation an alert applied whose metric "
+                                       "is not back past the rule's threshold after this many cycles escalates: to a "
+                                       "generator rollback, then to pausing emission until it is (0: never)")
+    healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity and "
+                                    "trusted probes marks its generator checkpoint healthy (kept from pruning: the "
+                                    "rollback target)")
 
 
 class DaemonConfig(_Section):
@@ -477,6 +518,7 @@ class PropelConfig(_Section):
     alerts: AlertsConfig = AlertsConfig()
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
+    health: HealthConfig = HealthConfig()
     frontier: FrontierConfig = FrontierConfig()
     artifacts: ArtifactsConfig = ArtifactsConfig()
 

@@ -70,6 +70,9 @@ class FakeEngine:
         self.aux: tuple[str, ...] = ()
         self.loaded: list[tuple[list[str], list[str]]] = []
         self.kl_factors: list[float] = []
+        self.pinned: list[int] = []
+        self.rollbacks: list[int] = []
+        self.validity_override: float | None = None  # share of valid samples a test forces (None: ~90 %)
 
     @property
     def ensemble(self) -> EnsembleSpec:
@@ -87,7 +90,19 @@ class FakeEngine:
 
     def sample(self, n: int, seed: int) -> list[str]:
         rng = random.Random(seed)
+        if self.validity_override is not None:  # a collapsing policy: the rest are invalid
+            valid = round(n * self.validity_override)
+            return [random_expression(rng, rng.randint(1, 6)) if i < valid else "12+" for i in range(n)]
         return [random_expression(rng, rng.randint(1, 6)) if i % 10 else "12+" for i in range(n)]
+
+    def pin_checkpoint(self, step: int) -> None:
+        self.pinned.append(step)
+
+    def rollback(self, step: int) -> int | None:
+        """Every chunk's checkpoint is 'kept': back to ``step``, and the policy is valid again."""
+        self.rollbacks.append(step)
+        self.step, self.validity_override = step, None
+        return step
 
     def score(self, texts: Sequence[str]) -> Scored:
         scores = self.scorer.score(texts)

@@ -11,6 +11,8 @@ grow without bound and no row points at something that is gone.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from sqlalchemy import delete, select
@@ -28,21 +30,25 @@ PER_STEP_FILES = ("adapter_model.safetensors", "adapter_model.bin", "optimizer.p
 
 
 def record_checkpoint(store: Store, run_id: int, artifacts: ArtifactStore, step: int, adapter_hash: str,
-                      directory: str | Path, keep: int) -> str:
-    """Put a committed checkpoint into the store, record its row, prune rows beyond the newest ``keep``."""
+                      directory: str | Path, keep: int, pinned: Collection[int] = ()) -> str:
+    """Put a committed checkpoint into the store, record its row, prune rows beyond the newest ``keep``
+    (rows of the ``pinned`` steps — the daemon's last healthy generator — are kept too)."""
     uri = artifacts.put_tree(directory)
     with store.session() as s:
         repo.add_checkpoint(s, run_id, step, adapter_hash, uri)
-    prune_checkpoints(store, run_id, artifacts, keep)
+    prune_checkpoints(store, run_id, artifacts, keep, pinned)
     return uri
 
 
-def prune_checkpoints(store: Store, run_id: int, artifacts: ArtifactStore, keep: int) -> int:
-    """Delete rows older than the newest ``keep`` and their per-step blobs; returns rows deleted."""
+def prune_checkpoints(store: Store, run_id: int, artifacts: ArtifactStore, keep: int,
+                      pinned: Collection[int] = ()) -> int:
+    """Delete rows older than the newest ``keep`` (except ``pinned`` steps) and their per-step blobs;
+    returns rows deleted."""
     with store.session() as s:
         rows = list(s.scalars(select(GeneratorCheckpoint).where(GeneratorCheckpoint.run_id == run_id)
                               .order_by(GeneratorCheckpoint.step.desc())))
-        kept, old = rows[:max(1, keep)], [(r.id, r.artifact_uri) for r in rows[max(1, keep):]]
+        kept = rows[:max(1, keep)] + [r for r in rows[max(1, keep):] if r.step in pinned]
+        old = [(r.id, r.artifact_uri) for r in rows if r not in kept]
         kept_uris = [r.artifact_uri for r in kept]
     if not old:
         return 0
@@ -72,3 +78,27 @@ def restore_checkpoint(store: Store, run_id: int, artifacts: ArtifactStore, root
         return None
     local.install(artifacts.fetch_tree(uri))
     return int(step)
+
+
+def rollback_checkpoint(store: Store, run_id: int, artifacts: ArtifactStore, root: Path, step: int) -> int | None:
+    """Make the newest recorded checkpoint at or before ``step`` the run's latest, here and in the store:
+    installed into ``root`` (newer local checkpoints removed, so the next chunk's commit does not clash)
+    and newer rows deleted (so a restart does not restore what was rolled back). Returns the step
+    restored, or None when no such checkpoint is recorded (nothing changes)."""
+    with store.session() as s:
+        row = s.scalars(select(GeneratorCheckpoint).where(GeneratorCheckpoint.run_id == run_id,
+                                                          GeneratorCheckpoint.step <= step)
+                        .order_by(GeneratorCheckpoint.step.desc())).first()
+        target, uri = (int(row.step), row.artifact_uri) if row is not None else (0, "")
+    if not is_cas_uri(uri):
+        return None
+    fetched = artifacts.fetch_tree(uri)
+    local = CheckpointStore(root)
+    for newer in local.checkpoints():
+        if int(newer.name.removeprefix("checkpoint-")) > target:
+            shutil.rmtree(newer)
+    local.install(fetched)
+    with store.session() as s:
+        s.execute(delete(GeneratorCheckpoint).where(GeneratorCheckpoint.run_id == run_id,
+                                                    GeneratorCheckpoint.step > target))
+    return target

@@ -36,6 +36,8 @@ UNVERSIONED_ORDER = -1
 MAX_ORDER = 2**53  # JSON-safe integers; a checkpoint step never gets near
 _DERIVABLE = re.compile(r"^(?:[A-Za-z]+[-_]?)?(\d{1,15})$")
 VERSION_SOURCES = ("announce", "ack", "spotcheck", "config", "migration")
+#: Longest qualified id ``name@version`` the store keeps (the ``solver_id`` / ``outcome_solver`` columns).
+SOLVER_ID_MAX = 256
 
 
 class VersionError(ValueError):
@@ -71,6 +73,15 @@ class Registered:
 def qualified_id(name: str, version: str) -> str:
     """The ``solver_id`` stored with trials and labels: ``name@version`` (``name`` when unversioned)."""
     return name if version == UNVERSIONED else f"{name}@{version}"
+
+
+def solver_id_problem(name: str, version: str) -> str | None:
+    """Why ``name@version`` cannot be stored (one line naming the limit and the fix), or None."""
+    qid = qualified_id(name, version)
+    if len(qid) <= SOLVER_ID_MAX:
+        return None
+    return (f"solver id {qid[:40]!r}… is {len(qid)} characters (name {len(name)} + '@' + version {len(version)}); "
+            f"the store keeps at most {SOLVER_ID_MAX}: shorten the solver name or the version")
 
 
 def split_solver_id(solver_id: str) -> tuple[str, str]:
@@ -142,10 +153,18 @@ def ensure_registered(sess: Session, name: str, version: str, order: int | None 
             "solver": name, "version": version, "ordinal": ordinal, "source": source,
             "created_at": utcnow()}], ["solver", "version"]) == 1
         known = sess.scalars(select(SolverVersionRow).where(*where)).one()
-    elif order is not None and known.ordinal is not None and order != known.ordinal:
-        raise VersionError(f"version {version!r} of {name!r} was registered with order {known.ordinal}; "
-                           f"order {order} contradicts it (a version's order never changes)")
+        if not created:  # a concurrent first registration won: its order stands
+            _check_order(known, order)
+    else:
+        _check_order(known, order)
     return _row(known), created
+
+
+def _check_order(known: SolverVersionRow, order: int | None) -> None:
+    if order is not None and known.ordinal is not None and order != known.ordinal:
+        raise VersionError(f"version {known.version!r} of {known.solver!r} was registered with order "
+                           f"{known.ordinal}; order {order} contradicts it (a version's order never changes: "
+                           "send that order, or none)")
 
 
 def register(sess: Session, name: str, version: str, order: int | None = None,

@@ -49,6 +49,7 @@ PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("generator", "Generator", ("validity", "reward_mean", "reward_var")),
     ("probes", "Probe quality and spot-checks",
      ("probe_precision", "false_positive_rate", "spotcheck_utility", "solver_budget_used")),
+    ("utility", "Predicted vs verified utility", ("predicted_utility", "verified_utility", "topic_js")),
     ("throughput", "Throughput", ("emitted", "solver_trials", "queue_ready")),
 )
 #: metric → (y-axis unit, what one point is). Levels and per-cycle values are not cumulative; the
@@ -65,13 +66,17 @@ UNITS: dict[str, tuple[str, str]] = {
     "false_positive_rate": ("share of probe-high (0–1)", "per cycle"),
     "spotcheck_utility": ("share in band (0–1)", "per cycle"),
     "solver_budget_used": ("share of hourly budget", "rolling 1 h"),
+    "predicted_utility": ("mean probe score (0–1)", "per cycle"),
+    "verified_utility": ("share in band (0–1)", "labels of probe-high tasks, last emission.verified_window_cycles"),
+    "topic_js": ("JS divergence from cycle 0's topics (bits)", "per cycle"),
     "emitted": ("tasks", "per cycle, not cumulative"),
     "solver_trials": ("solver attempts", "rolling 1 h, not cumulative"),
     "queue_ready": ("ready tasks", "level after the cycle"),
 }
 #: What an empty panel says when "no data yet" would mislead (the metric exists only when switched on).
 EMPTY: dict[str, str] = {
-    "rl_diversity_penalty": "rl_diversity_penalty: no data\n(recorded when rl.diversity_weight > 0)"}
+    "rl_diversity_penalty": "rl_diversity_penalty: no data\n(recorded when rl.diversity_weight > 0)",
+    "verified_utility": "verified_utility: unverified\n(no label of a probe-high task in the window)"}
 RECENT_PROBE_CHANGES = 10
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
 _SEVERITY_COLOURS = {"critical": "tab:red", "warning": "tab:orange", "info": "tab:blue"}

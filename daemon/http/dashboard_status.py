@@ -26,6 +26,8 @@ class StatusPanel:
     leader: str | None = None
     budget_used: float | None = None  # share of the hourly budget (last spot-check phase)
     budget_per_hour: int | None = None
+    pace: str | None = None  # the spot-check pace line (daemon.loop.pacing.describe)
+    utility: str | None = None  # predicted vs verified utility (daemon.loop.utility.describe)
     problems: list[str] = field(default_factory=list)
     degraded: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
@@ -42,6 +44,8 @@ def collect_status(store: Store, run_name: str, stale_s: float, budget_per_hour:
                  if "solver_budget_used" in history[c]), None)
     return StatusPanel(phase=info["phase"], cycle=int(info["cycle"]), heartbeat_age_s=info["heartbeat_age_s"],
                        stale_s=stale_s, leader=info["leader"], budget_used=used, budget_per_hour=budget_per_hour,
+                       pace=(info.get("spotcheck_pace") or {}).get("line"),
+                       utility=(info.get("utility") or {}).get("line"),
                        problems=live_problems(info, datetime.now(UTC), stale_s),
                        degraded=list(info.get("degraded", [])))
 
@@ -49,8 +53,9 @@ def collect_status(store: Store, run_name: str, stale_s: float, budget_per_hour:
 def status_json(panel: StatusPanel) -> dict[str, Any]:
     return {"phase": panel.phase, "cycle": panel.cycle, "heartbeat_age_s": panel.heartbeat_age_s,
             "heartbeat_stale_s": panel.stale_s, "leader": panel.leader, "solver_budget_used": panel.budget_used,
-            "budget_per_hour": panel.budget_per_hour, "live": not panel.problems and panel.error is None,
-            "problems": panel.problems, "degraded": panel.degraded, "error": panel.error}
+            "budget_per_hour": panel.budget_per_hour, "spotcheck_pace": panel.pace, "utility": panel.utility,
+            "live": not panel.problems and panel.error is None, "problems": panel.problems,
+            "degraded": panel.degraded, "error": panel.error}
 
 
 def _cell(key: str, label: str, value: str, cls: str = "") -> str:
@@ -71,6 +76,10 @@ def render_status(panel: StatusPanel) -> str:
              _cell("heartbeat", "heartbeat", f"{age} (limit {panel.stale_s:g} s)", "bad" if panel.problems else "ok"),
              _cell("leader", "leader", panel.leader or "none", "" if panel.leader else "bad"),
              _cell("budget", "solver budget used", budget)]
+    if panel.pace is not None:
+        cells.append(_cell("pace", "spot-check pace", panel.pace))
+    if panel.utility is not None:
+        cells.append(_cell("utility", "utility", panel.utility, "bad" if "unverified" in panel.utility else ""))
     banners = [f'<div class="banner down" data-banner="not-live">not live: {esc(p)}</div>' for p in panel.problems]
     for d in panel.degraded:
         since = f" (since {d.get('since')})" if d.get("since") else ""

@@ -9,7 +9,8 @@ from curriculum.frontier.frontier_view import frontier_summary
 from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
-from daemon.loop import health
+from daemon.loop import health, pacing
+from daemon.loop.utility import UtilityView
 
 
 def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[str, Any]:
@@ -33,8 +34,34 @@ def daemon_status(store: Store, run_name: str, frontier: bool = True) -> dict[st
         "heartbeat_age_s": round((datetime.now(UTC) - beat).total_seconds(), 3) if beat else None,
         "leader": state.leader_id if state else None, "lease_until": lease_until.isoformat() if lease_until else None,
         "degraded": health.summary(counters.get("degraded", {})), "queue": depths, "active_probes": probes,
+        "spotcheck_pace": spotcheck_pace(counters), "utility": _utility(counters),
         **({"frontier": versions} if frontier else {}),
     }
+
+
+def spotcheck_pace(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """The spot-check budget's pace and what is left (:func:`daemon.loop.pacing.summary`), or None
+    before the first spot-check phase (or from a state that cannot be read)."""
+    stored = counters.get("spot_bucket")
+    if not stored:
+        return None
+    try:
+        bucket = pacing.Bucket.model_validate(stored)
+    except ValueError:
+        return None
+    info = pacing.summary(bucket, datetime.now(UTC))
+    return {**info, "line": pacing.describe(info)}
+
+
+def _utility(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """Predicted and verified utility of the last spot-check phase (``unverified`` when no recent label)."""
+    stored = counters.get("utility")
+    if not stored:
+        return None
+    try:
+        return UtilityView.model_validate(stored).as_status()
+    except ValueError:
+        return None
 
 
 def _aware(t: datetime) -> datetime:

@@ -19,8 +19,6 @@ from sqlalchemy import case, func, select
 
 from curriculum.domains.base import Task, Validity
 from curriculum.labelling.spotcheck import (
-    Band,
-    budget_left,
     false_positives,
     harvest_labels,
     select_candidates,
@@ -39,43 +37,18 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import health
-from daemon.loop.frontier import FrontierSettings, FrontierTracker, collect_refresh, start_refresh
+from daemon.loop import health, pacing
+from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
+from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState, PendingCheck, load_state
 from daemon.loop.supply import TaskSupply, store_supplied
+from daemon.loop.watch import HealthWatch
 from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths, export_totals, observe_phase
 from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
-
-
-@dataclass(frozen=True)
-class DriverSettings:
-    run_name: str
-    seed: int = 0
-    steps_per_chunk: int = 10
-    sample_size: int = 64
-    band: Band = field(default_factory=Band)
-    budget_per_cycle: int = 32
-    budget_per_hour: int = 512
-    probe_high_share: float = 0.75
-    frontier_threshold: float = 0.5
-    retrain_min_false_positives: int = 8
-    min_probability: float = 0.5
-    max_topic_share: float = 0.4
-    high_water_mark: int = 10_000
-    emit_lookback_cycles: int = 3
-    diversity_sample_size: int = 256
-    reference_model: str = ""
-    probe_arch: str = "mlp"
-    retrain_timeout_s: float = 3600.0  # a pending retrain with no outcome after this is marked failed
-    frontier: FrontierSettings = field(default_factory=FrontierSettings)  # solver versions, drift, refresh
-    spotcheck_deadline_s: float = 3600.0  # a dispatched spot-check with no label after this is sent again …
-    spotcheck_redispatches: int = 1  # … this many times, then abandoned (and counted)
-    worker_silence_s: float = 600.0  # spot-checks pending with no trial landing this long: workers are missing
-    unverified_grace_s: float = 3600.0  # labels missing this long: emit spot-check-verified tasks only
 
 
 @dataclass
@@ -108,7 +81,7 @@ def merge_harvests(first: dict[str, float], second: dict[str, float]) -> dict[st
     return out
 
 
-class Driver:
+class Driver(HealthWatch):
     """``metrics`` (optional) receives the Prometheus export; ``clock`` (aware UTC now) times spot-check
     and retrain deadlines, ``timer`` (seconds) the phases — both injectable for tests."""
 
@@ -185,6 +158,8 @@ class Driver:
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_rl(self, cycle: int, state: DriverState) -> dict[str, float]:
+        if self.s.rollback.on and state.healthy_step is not None:
+            self.engine.pin_checkpoint(state.healthy_step)  # this chunk's pruning keeps the rollback target
         retrained = self._collect_retrain(state)  # an aux probe a worker finished constrains this chunk
         retrained |= collect_refresh(self, state)  # so does a promoted challenger primary
         stats = self.engine.rl_chunk(self.s.steps_per_chunk, self.should_stop, state.kl_factor)
@@ -261,28 +236,50 @@ class Driver:
         state.totals.drift_remeasured += len(remeasure)
         self._spotcheck_health(used + len(chosen), state)
         values["solver_budget_used"] = (used + len(chosen)) / max(1, self.s.budget_per_hour)
+        values["solver_budget_left"] = float(max(0, self.s.budget_per_hour - used - len(chosen)))
+        if state.spot_bucket is not None and self.s.spot_burst is not None:
+            values["spotcheck_tokens"] = state.spot_bucket.tokens
         values["solver_trials"] = float(self._count_trials(state))
+        values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
+        sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
+        values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
+        values |= self._probe_trust(cycle, state)
+        values |= self._rollback_check(state, sampled.get("validity"))
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
-        self.hooks.alerts(cycle, self._cycle_metrics(cycle), state.dominant_topic, state)
+        metrics = self._cycle_metrics(cycle)
+        self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
+        self._escalate(cycle, state, metrics)  # the mitigations alerts applied: measured, escalated when they fail
         self._advance("spotcheck", cycle, state)
         return values
 
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
         re-measurements (part of the chosen ones); and trials used this hour."""
+        # a stall or suspect probes: spend the allowance on the window's top-scored candidates (verified in-band
+        # ones are emitted; a hacked probe's false positives are there)
+        stalled = bool({health.EMISSION_STALLED, health.PROBES_SUSPECT} & set(state.degraded))
         with self.store.session() as s:
             tried = select(SolverTrial.task_id).where(SolverTrial.task_id == TaskRow.id, SolverTrial.solver_id == sid)
-            rows = s.execute(
-                select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
-                .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
-                .where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle, TaskRow.valid, ~tried.exists())).all()
+            query = (select(TaskRow.id, ProbeScore.probability).select_from(TaskRow)
+                     .join(ProbeScore, lineage.latest_score_of(TaskRow.id), isouter=True)
+                     .where(TaskRow.run_id == self.run_id, TaskRow.valid, ~tried.exists()))
+            if stalled:
+                queued = select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)
+                query = query.where(TaskRow.cycle > cycle - self.s.emit_lookback_cycles, TaskRow.cycle <= cycle,
+                                    ~TaskRow.id.in_(queued))
+            else:
+                query = query.where(TaskRow.cycle == cycle)
+            rows = s.execute(query).all()
         used = trials_since(self.store, self.spot.solver_id, seconds=3600)
-        budget = budget_left(used, self.s.budget_per_hour, self.s.budget_per_cycle)
+        pace = pacing.Pace(self.s.budget_per_hour, self.s.budget_per_cycle, self.s.spot_burst)
+        bucket = pacing.refill(state.spot_bucket, pace, self.clock(), used)
+        budget = pacing.allowance(bucket, pace, used)  # the paced share of the hour, within both caps
         remeasure = self.frontier.plan_drift(cycle, state, budget)  # a new version: re-measure labelled tasks
         scored = [(int(r.id), float(r.probability or 0.0)) for r in rows if r.id not in state.spotcheck_pending]
-        chosen = select_candidates(scored, budget - len(remeasure), self.s.probe_high_share,
-                                   self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        chosen = select_candidates(scored, budget - len(remeasure), 1.0 if stalled else self.s.probe_high_share,
+                                   0.0 if stalled else self.s.frontier_threshold, seed=self.s.seed * 7919 + cycle)
+        state.spot_bucket = pacing.spend(bucket, len(chosen) + len(remeasure))
         return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
@@ -522,20 +519,23 @@ class Driver:
             ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
-            verified = health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
-            plan = set(emission_plan(cands, min_probability=self.s.min_probability,
-                                     max_topic_share=self.s.max_topic_share, high_water_mark=self.s.high_water_mark,
-                                     ready_now=ready, paused_topics=frozenset(state.paused_topics),
-                                     verified_only=verified))
+            verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
+                        or health.PROBES_SUSPECT in state.degraded)  # suspect probes: their word alone is not enough
+            plan = set() if state.emission_paused_by else set(emission_plan(
+                cands, min_probability=self.s.min_probability, max_topic_share=self.s.max_topic_share,
+                high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
+                verified_only=verified))
             prov = self.engine.provenance()
             picked = [r for r in rows if r.TaskRow.id in plan]
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
+            self._emission_health(state, cands, emitted, ready, verified)
             self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
             texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
+                  "emit_idle_cycles": float(state.emit_idle_cycles),
                   "backpressure": float(ready >= self.s.high_water_mark)}
         self._record(cycle, values)
         return values

@@ -28,7 +28,14 @@ BROKER = "broker_unreachable"
 RETRAIN = "retrain_failing"
 RETRAIN_WAITING = "retrain_workers_silent"
 BACKPRESSURE = "backpressure"
-REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE)
+EMISSION_STALLED = "emission_stalled"  # daemon.loop.emission_watch
+PROBES_SUSPECT = "probes_suspect"  # daemon.loop.hacking
+EMISSION_PAUSED = "emission_paused"  # daemon.loop.escalation
+REASONS: tuple[str, ...] = (BUDGET, WORKERS, BROKER, RETRAIN, RETRAIN_WAITING, BACKPRESSURE, EMISSION_STALLED,
+                            PROBES_SUSPECT, EMISSION_PAUSED)
+#: Reasons with a metric of their own (1 while degraded), which an alert rule watches: its message
+#: carries the degradation's detail (the why).
+ALERT_METRICS: dict[str, str] = {EMISSION_STALLED: "emission_stalled", PROBES_SUSPECT: "probes_suspect"}
 #: The reasons under which spot-check labels stop arriving.
 LABELS_MISSING: frozenset[str] = frozenset({BUDGET, WORKERS, BROKER})
 
@@ -102,6 +109,14 @@ def backpressure(ready: int, high_water_mark: int) -> Degradation | None:
                                      "emission paused until trainers lease more")
 
 
+def emission_paused(rules: list[str], details: Mapping[str, str]) -> Degradation | None:
+    """Escalated mitigations paused emission (daemon.loop.escalation) until their metric is back."""
+    if not rules:
+        return None
+    return Degradation(EMISSION_PAUSED, "emission paused by escalation until the metric is back: "
+                       + "; ".join(details.get(r, r) for r in rules))
+
+
 def merge(current: Mapping[str, Mapping[str, Any]], checks: Mapping[str, Degradation | None], now: datetime
           ) -> tuple[dict[str, dict[str, Any]], list[Degradation], list[Degradation]]:
     """Apply ``checks`` (reason → degradation, or None when it does not hold) to ``current``.
@@ -137,6 +152,12 @@ def verified_only(state: Mapping[str, Mapping[str, Any]], now: datetime, grace_s
     """Emit only spot-check-verified tasks: labels have been missing for longer than ``grace_s``."""
     since = labels_missing_since(state)
     return since is not None and (now - since).total_seconds() > grace_s
+
+
+def alert_details(state: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Metric name → the detail of its ongoing degradation (:data:`ALERT_METRICS`), for alert messages."""
+    return {metric: str(state[reason].get("detail", "")) for reason, metric in ALERT_METRICS.items()
+            if reason in state}
 
 
 def summary(state: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -80,6 +80,16 @@ class Engine(Protocol):
         """Tasks just emitted (texts, topics): the reward's diversity archive (if on) remembers them."""
         ...
 
+    def pin_checkpoint(self, step: int) -> None:
+        """Keep the generator checkpoint of ``step`` (the last healthy one) from being pruned; called only
+        when generator rollback is on (daemon.loop.rollback)."""
+        ...
+
+    def rollback(self, step: int) -> int | None:
+        """Restore the generator to its newest checkpoint at or before ``step``; the step restored, or
+        None when none is recorded (the generator is unchanged)."""
+        ...
+
 
 class SpotChecker(Protocol):
     solver_id: str  # the solver's name; the version spot-checks are recorded against comes from the store

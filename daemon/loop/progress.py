@@ -21,7 +21,8 @@ from daemon.ops.logs import strip_markup
 log = logging.getLogger("propel.run")
 
 SUMMARY = (("rl_reward_mean", "RL reward", "{:+.2f}"), ("validity", "valid", "{:.0%}"),
-           ("predicted_utility", "pred. util", "{:.0%}"), ("spotcheck_utility", "spot util", "{:.0%}"),
+           ("predicted_utility", "pred. util", "{:.0%}"), ("verified_utility", "verified util", "{:.0%}"),
+           ("spotcheck_utility", "spot util", "{:.0%}"),
            ("false_positives", "FPs", "{:,.0f}"), ("retrained", "aux+", "{:,.0f}"), ("emitted", "emitted", "{:,.0f}"),
            ("queue_ready", "queue", "{:,.0f}"))
 
@@ -58,6 +59,8 @@ class Progress:
                    "values": dict(report.values)})
         if report.phase == "emit":
             cells = [f"{label} {fmt.format(vals[key])}" for key, label, fmt in SUMMARY if key in vals]
+            if vals.get("verified_labels") == 0 and "predicted_utility" in vals:  # the probes' word alone
+                cells = [c + " (unverified)" if c.startswith("pred. util") else c for c in cells]
             self._out(f"[bold]cycle {report.cycle:,}[/bold] │ " + " │ ".join(cells),
                       {"cycle": report.cycle, "summary": {k: vals[k] for k, _, _ in SUMMARY if k in vals}})
             self.values.pop(report.cycle, None)

@@ -25,6 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from daemon.loop.escalation import Applied
+from daemon.loop.pacing import Bucket
+from daemon.loop.utility import UtilityView
+
 STATE_VERSION = 2
 
 
@@ -49,6 +53,7 @@ class Totals(BaseModel):
     primary_refreshes: int = 0
     stale_retired: int = 0
     drift_remeasured: int = 0
+    rollbacks: int = 0
 
 
 class Champion(BaseModel):
@@ -90,6 +95,22 @@ class DriverState(BaseModel):
                                       "tried again once enough new labels are written")
     refresh_retry_labels_at: int = Field(0, ge=0, description="labels written when that refresh was skipped")
     champion: Champion | None = None
+    emit_idle_cycles: int = Field(0, ge=0, description="emit phases in a row that emitted nothing (queue not "
+                                  "full): daemon.loop.emission_watch")
+    utility: UtilityView | None = Field(None, description="predicted and verified utility of the last "
+                                        "spot-check phase (daemon.loop.utility)")
+    topic_baseline: dict[str, float] = Field(default_factory=dict, description="topic shares of the first sampled "
+                                             "cycle: the hacking signal's reference (daemon.loop.hacking)")
+    suspect_until: int = Field(-1, description="the probes are suspect through this cycle")
+    suspect_why: str = ""
+    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity and "
+                                     "trusted probes): the rollback target, pinned (daemon.loop.rollback)")
+    low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
+    mitigations: list[Applied] = Field(default_factory=list, description="mitigations applied by alerts, measured "
+                                       "and escalated (daemon.loop.escalation)")
+    emission_paused_by: list[str] = Field(default_factory=list, description="alert rules whose escalation paused "
+                                          "emission until their metric is back")
+    spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:
         """The JSON written to ``daemon_state.counters``."""

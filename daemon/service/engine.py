@@ -26,7 +26,7 @@ from curriculum.probing.first_probe import (
     task_groups,
 )
 from curriculum.reward.rewards import ProbeReward, build_reward
-from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint
+from curriculum.rl.checkpoint_rows import record_checkpoint, restore_checkpoint, rollback_checkpoint
 from curriculum.rl.config import GeneratorRLConfig, LoraSettings, cpu_profile, gpu_profile
 from curriculum.rl.generator import GeneratorTrainer
 from curriculum.store import repo
@@ -105,6 +105,7 @@ class PropelEngine:
         if restored is not None:
             say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
         self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator", domain=self.domain)
+        self.pinned_step: int | None = None  # the last healthy generator checkpoint (daemon.loop.rollback)
         self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
@@ -216,7 +217,8 @@ class PropelEngine:
         finally:
             self.trainer.config = self.rl_cfg
         record_checkpoint(self.store, self.run_id, self.artifacts, stats.end_step, stats.adapter_hash,
-                          stats.checkpoint, keep=self.rl_cfg.keep_checkpoints)  # a leader elsewhere resumes from it
+                          stats.checkpoint, keep=self.rl_cfg.keep_checkpoints,  # a leader elsewhere resumes from it
+                          pinned=[self.pinned_step] if self.pinned_step is not None else [])
         out = {"reward_mean": stats.reward_mean, "reward_std": stats.reward_std, "validity": stats.validity_rate,
                "zero_spread_share": stats.zero_spread_share, "steps": float(stats.steps), "step": float(stats.end_step),
                "wall_s": stats.wall_s, "beta": self.rl_cfg.beta * kl_factor}
@@ -229,6 +231,16 @@ class PropelEngine:
     def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:
         if self.diversity is not None:
             self.diversity.observe(texts, topics)
+
+    def pin_checkpoint(self, step: int) -> None:
+        self.pinned_step = step
+
+    def rollback(self, step: int) -> int | None:
+        """Install the recorded checkpoint and rebuild the trainer on it (the base model is reloaded)."""
+        restored = rollback_checkpoint(self.store, self.run_id, self.artifacts, self.run_dir / "generator", step)
+        if restored is not None:
+            self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator", domain=self.domain)
+        return restored
 
     def sample(self, n: int, seed: int) -> list[str]:
         return self.trainer.sample(n, seed)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig, mask_url
 from daemon.http.pressure import ApiPressure
-from daemon.loop import health
+from daemon.loop import escalation, health
 from daemon.loop.driver import Driver, DriverHooks
 from daemon.loop.ports import Engine, Retrainer, SpotChecker
 from daemon.loop.progress import Progress
@@ -167,11 +167,13 @@ class ServiceHooks(DriverHooks):
                                        build_sinks(metrics, cfg.alerts.webhook_url))
 
     def alerts(self, cycle: int, values: dict[str, float], dominant_topic: str | None, state: DriverState) -> None:
-        res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic)
+        res = self.alerts_mgr.on_cycle(cycle, values, dominant_topic=dominant_topic,
+                                       details=health.alert_details(state.degraded))
         paused = set(state.paused_topics)
         # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:
             paused -= set(state.paused_by.pop(event.rule, []))
+        state.mitigations = escalation.record(state.mitigations, res.fired)  # measured, escalated by the driver
         for m in res.mitigations:
             if m.kind == MitigationKind.RAISE_KL:
                 state.kl_factor = float(m.factor or 2.0)

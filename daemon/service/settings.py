@@ -21,6 +21,8 @@ from curriculum.store.db import Store
 from daemon.config import ConfigError, PropelConfig
 from daemon.loop.driver import DriverSettings
 from daemon.loop.frontier import FrontierSettings
+from daemon.loop.hacking import SuspectLimits
+from daemon.loop.rollback import RollbackRule
 from probes.band import Band
 from workers.runtime import WorkerSettings
 
@@ -86,6 +88,25 @@ def check_domain(cfg: PropelConfig) -> None:
 def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
     """The configured solver backend (see :func:`solver_kwargs`)."""
     return build_solver(**solver_kwargs(cfg))
+
+
+def followed_solver_name(cfg: PropelConfig) -> str:
+    """The solver name this daemon follows: ``solver.name``, else the configured backend's id (an
+    ``hf`` model is named from its path without loading it; the others are cheap to construct)."""
+    if cfg.solver.name:
+        return cfg.solver.name
+    if cfg.solver.backend == "hf" and cfg.solver.model:
+        return f"hf:{cfg.solver.model}"  # HFSolver and VersionedHFSolver: "hf:" + the configured model
+    return build_configured_solver(cfg).solver_id
+
+
+def followed_names(cfg: PropelConfig) -> tuple[str, ...]:
+    """:func:`followed_solver_name` for the API and ``propel status``: empty (say nothing about
+    following) when the configured solver cannot be built here, e.g. its model is not installed."""
+    try:
+        return (followed_solver_name(cfg),)
+    except (ValueError, OSError, ImportError):
+        return ()
 
 
 def sampling(cfg: PropelConfig) -> Sampling:
@@ -171,6 +192,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
         sample_size=cfg.daemon.sample_size, band=band(cfg),
         budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
+        spot_burst=sc.burst if sc.pace else None,
         frontier_threshold=cfg.probes.frontier_threshold,
         retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
         min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
@@ -180,7 +202,19 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         retrain_timeout_s=float(cfg.broker.task_time_limit_s + cfg.broker.visibility_timeout_s),
         spotcheck_deadline_s=sc.deadline_s, spotcheck_redispatches=sc.redispatches,
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
+        emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
+        rollback=RollbackRule(validity=cfg.health.rollback_validity, cycles=cfg.health.rollback_cycles,
+                              healthy_validity=cfg.health.healthy_validity),
+        escalate_after_cycles=cfg.health.escalate_after_cycles,
+        verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
+
+
+def suspect_limits(cfg: PropelConfig) -> SuspectLimits:
+    """When the probes are suspect of being reward-hacked (``[health]``)."""
+    h = cfg.health
+    return SuspectLimits(max_topic_js=h.suspect_topic_js, max_top_topic_share=h.suspect_top_topic_share,
+                         max_gap=h.suspect_gap, min_labels=h.suspect_min_labels, hold_cycles=h.suspect_hold_cycles)
 
 
 def staleness_policy(cfg: PropelConfig) -> StalenessPolicy:

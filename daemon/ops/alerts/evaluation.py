@@ -34,6 +34,18 @@ class OpenAlert:
     alert_id: int | None = None
 
 
+def mitigation_words(kind: str, topic: str | None, factor: float | None) -> str:
+    """A mitigation as a readable phrase (log lines, the alert's message)."""
+    if kind == "pause_topic":
+        return f"pause emitting topic {topic}" if topic else "pause emitting the dominant topic"
+    if kind == "retrain_aux_topic":
+        return (f"retrain an aux probe with topic {topic}'s tasks as negatives" if topic
+                else "retrain an aux probe on the mined false positives")
+    if kind == "raise_kl":
+        return f"raise the KL coefficient ×{factor:g} for the next RL chunk" if factor else "raise the KL coefficient"
+    return kind.replace("_", " ")
+
+
 @dataclass(frozen=True)
 class Mitigation:
     """An action the daemon should take because ``rule`` fired at ``cycle``."""
@@ -48,6 +60,10 @@ class Mitigation:
         return {"kind": self.kind.value, "rule": self.rule, "cycle": self.cycle, "factor": self.factor,
                 "topic": self.topic}
 
+    def describe(self) -> str:
+        """The mitigation as a readable phrase (the log line; #38: not a dict)."""
+        return mitigation_words(self.kind.value, self.topic, self.factor)
+
 
 @dataclass(frozen=True)
 class AlertEvent:
@@ -60,6 +76,7 @@ class AlertEvent:
     spec: AlertRule | None
     alert_id: int | None = None
     mitigation: Mitigation | None = None
+    detail: str = ""  # why, in words, when the daemon knows more than the metric (e.g. emission_stalled)
 
     def as_dict(self, run: str) -> dict[str, Any]:
         spec = self.spec
@@ -68,7 +85,7 @@ class AlertEvent:
                 "metric": spec.metric if spec else None, "comparator": spec.comparator.value if spec else None,
                 "threshold": spec.threshold if spec else None, "for_cycles": spec.for_cycles if spec else None,
                 "severity": spec.severity.value if spec else None, "description": spec.description if spec else "",
-                "mitigation": self.mitigation.as_dict() if self.mitigation else None,
+                "mitigation": self.mitigation.as_dict() if self.mitigation else None, "detail": self.detail,
                 "at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 

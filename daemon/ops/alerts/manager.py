@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -60,8 +60,10 @@ class AlertManager:
             for p in points:
                 self.history.setdefault(p.cycle, {})[p.name] = p.value
 
-    def on_cycle(self, cycle: int, metrics: Mapping[str, float], dominant_topic: str | None = None) -> CycleAlerts:
-        """Evaluate ``cycle`` with its metric values (already written to the metrics table)."""
+    def on_cycle(self, cycle: int, metrics: Mapping[str, float], dominant_topic: str | None = None,
+                 details: Mapping[str, str] | None = None) -> CycleAlerts:
+        """Evaluate ``cycle`` with its metric values (already written to the metrics table); ``details``
+        (metric → why, in words) is carried by a firing alert on that metric."""
         self.history.setdefault(cycle, {}).update({k: float(v) for k, v in metrics.items()})
         if dominant_topic is not None:
             self.topics[cycle] = dominant_topic
@@ -69,6 +71,7 @@ class AlertManager:
             rows = repo.open_alerts(sess, self.run_id)
             state = {r.rule: OpenAlert(r.rule, r.cycle_fired, r.id) for r in rows}
             events = evaluate(self.rules, self.history, state, [cycle], self.topics)
+            events = [_with_detail(e, details or {}) for e in events]
             events = [self._persist(sess, e) for e in events]
         for event in events:
             self._dispatch(event)
@@ -85,7 +88,8 @@ class AlertManager:
         alert_id = repo.fire_alert(sess, self.run_id, rule=event.rule, severity=spec.severity.value,
                                    metric=spec.metric, value=event.value, threshold=spec.threshold,
                                    cycle=event.cycle, mitigation=kind)
-        return AlertEvent(event.kind, event.rule, event.cycle, event.value, spec, alert_id, event.mitigation)
+        return AlertEvent(event.kind, event.rule, event.cycle, event.value, spec, alert_id, event.mitigation,
+                          event.detail)
 
     def _dispatch(self, event: AlertEvent) -> None:
         for sink in self.sinks:
@@ -97,3 +101,8 @@ class AlertManager:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def _with_detail(event: AlertEvent, details: Mapping[str, str]) -> AlertEvent:
+    detail = details.get(event.spec.metric, "") if event.kind == "fire" and event.spec is not None else ""
+    return replace(event, detail=detail) if detail else event

@@ -140,6 +140,14 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
               for_cycles=2, severity=Severity.CRITICAL,
               mitigation=MitigationSpec(kind=MitigationKind.RETRAIN_AUX_TOPIC),
               description="probe-high tasks are mostly out of band: the probe is being reward-hacked"),
+    AlertRule(name="emission_stalled", metric="emission_stalled", comparator=Comparator.GE, threshold=1,
+              for_cycles=1, severity=Severity.CRITICAL,
+              description="no task emitted for emission.stall_cycles cycles; the message says why (best score, "
+                          "threshold, gate, candidates) and the daemon spends spot-checks on the top-scored ones"),
+    AlertRule(name="probes_suspect", metric="probes_suspect", comparator=Comparator.GE, threshold=1,
+              for_cycles=1, severity=Severity.CRITICAL,
+              description="hacking signals (topic drift, top-topic share, predicted-minus-verified gap) say the "
+                          "probes are not trustworthy; the message names them; only verified tasks are emitted"),
     AlertRule(name="frontier_drift", metric="drift_score", comparator=Comparator.GT, threshold=0.3,
               for_cycles=1, severity=Severity.WARNING,
               description="a new solver version moved the frontier: over 30% of formerly in-band tasks left the "

@@ -31,9 +31,10 @@ class LogSink:
     def emit(self, event: AlertEvent, run: str) -> None:
         spec = event.spec
         if event.kind == "fire" and spec is not None:
-            log.warning("alert %s FIRING [%s] run=%s cycle=%d: %s = %.4g (%s)%s", event.rule, spec.severity.value,
+            log.warning("alert %s FIRING [%s] run=%s cycle=%d: %s = %.4g (%s)%s%s", event.rule, spec.severity.value,
                         run, event.cycle, spec.metric, event.value or 0.0, spec.expression,
-                        f"; mitigation: {event.mitigation.as_dict()}" if event.mitigation else "")
+                        f": {event.detail}" if event.detail else "",
+                        f"; mitigation: {event.mitigation.describe()}" if event.mitigation else "")
         else:
             log.info("alert %s resolved run=%s cycle=%d value=%s", event.rule, run, event.cycle, event.value)
 

@@ -1,0 +1,124 @@
+"""The driver's always-on health checks (#34), one mixin so the phase driver stays readable.
+
+Each method is the driver-side half of a pure module: :mod:`daemon.loop.utility` (verified vs
+predicted utility), :mod:`daemon.loop.hacking` (probes suspect), :mod:`daemon.loop.rollback`
+(validity collapse), :mod:`daemon.loop.escalation` (mitigations measured and escalated) and
+:mod:`daemon.loop.emission_watch` (emission stalled). They read the store and the engine, edit the
+driver state, and report through the driver's degraded-state merge (``_health``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import func, select
+
+from curriculum.store.db import Store
+from curriculum.store.models import TaskRow
+from daemon.loop import emission_watch, escalation, hacking, health, rollback, utility
+from daemon.loop.phases import Candidate
+from daemon.loop.ports import Engine
+from daemon.loop.settings import DriverSettings
+from daemon.loop.state import DriverState
+
+log = logging.getLogger("propel.driver")
+
+
+class HealthWatch:
+    """Mixed into :class:`daemon.loop.driver.Driver`."""
+
+    store: Store
+    run_id: int
+    engine: Engine
+    s: DriverSettings
+
+    def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None:
+        raise NotImplementedError  # the driver's
+
+    def _utility(self, cycle: int, sid: str, state: DriverState, predicted: float | None) -> dict[str, float]:
+        """Verified utility of the window next to the cycle's predicted utility (daemon.loop.utility)."""
+        window = self.s.verified_window_cycles
+        in_band, labelled = utility.verified_counts(self.store, self.run_id, sid, cycle, window, self.s.min_probability)
+        state.utility = utility.view(cycle, predicted, in_band, labelled, window)
+        out = {"verified_labels": float(labelled)}
+        if state.utility.verified is not None:
+            out["verified_utility"] = state.utility.verified
+        return out
+
+    def _probe_trust(self, cycle: int, state: DriverState) -> dict[str, float]:
+        """The cycle's hacking signals and verdict (daemon.loop.hacking): probes_suspect while they trip."""
+        with self.store.session() as s:
+            counts = {str(t): int(n) for t, n in s.execute(
+                select(TaskRow.topic, func.count()).where(TaskRow.run_id == self.run_id, TaskRow.cycle == cycle,
+                                                          TaskRow.valid).group_by(TaskRow.topic))}
+        if not counts:
+            return {}
+        state.topic_baseline = state.topic_baseline or hacking.shares(counts)
+        u = state.utility
+        sig = hacking.Signals(topic_js=hacking.js_divergence(counts, state.topic_baseline),
+                              top_topic_share=max(hacking.shares(counts).values()),
+                              predicted=u.predicted if u else None, verified=u.verified if u else None,
+                              verified_labels=u.labels if u else 0)
+        why = hacking.reasons(sig, self.s.suspect)
+        state.suspect_until = hacking.suspect_until(cycle, why, state.suspect_until, self.s.suspect)
+        state.suspect_why = "; ".join(why) or state.suspect_why
+        self._health(state, {health.PROBES_SUSPECT: hacking.probes_suspect(cycle, state.suspect_until, why,
+                                                                          state.suspect_why)})
+        return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
+
+    def _rollback_check(self, state: DriverState, validity: float | None) -> dict[str, float]:
+        """Remember the last healthy generator step; roll back to it when validity collapses."""
+        rule = self.s.rollback
+        if not rule.on or validity is None:
+            return {}
+        step = int(self.engine.provenance().get("generator_step") or 0)
+        doubtful = health.PROBES_SUSPECT in state.degraded or bool(state.mitigations)  # suspect, or an alert open
+        if rollback.is_healthy(validity, doubtful, rule):
+            state.healthy_step = step
+        state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
+        wanted = rollback.target(state.low_validity_cycles, rule, state.healthy_step, step)
+        if wanted is None:
+            return {}
+        restored = self.engine.rollback(wanted)
+        log.warning("%s", rollback.describe(rule, validity, step, restored, wanted))
+        state.low_validity_cycles = 0
+        if restored is None:
+            state.healthy_step = None  # not recorded: the next healthy cycle sets a new one
+            return {"rolled_back": 0.0}
+        state.totals.rollbacks += 1
+        return {"rolled_back": 1.0, "rollback_step": float(restored)}
+
+    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float]) -> None:
+        """Measure each applied mitigation; drop it when its metric is back, escalate it when it is not."""
+        kept: list[escalation.Applied] = []
+        for a in state.mitigations:
+            value = metrics.get(a.metric)
+            decision = escalation.decide(a, cycle, value, self.s.escalate_after_cycles)
+            if decision == "wait" or value is None:
+                kept.append(a)
+                continue
+            if decision == "worked":
+                log.info("%s", escalation.describe(a, decision, cycle, value))
+                continue
+            target = state.healthy_step if self.s.rollback.on else None
+            nxt = escalation.escalated(a, cycle, value, skip_rollback=target is None)
+            log.warning("%s", escalation.describe(a, decision, cycle, value, nxt))
+            if escalation.LEVELS[nxt.level] == "rollback" and target is not None:
+                restored = self.engine.rollback(target)
+                state.totals.rollbacks += int(restored is not None)
+            kept.append(nxt)
+        state.mitigations = kept
+        paused = [a for a in kept if escalation.LEVELS[a.level] == "pause_emission"]
+        state.emission_paused_by = [a.rule for a in paused]
+        lines = {a.rule: f"alert {a.rule} ({a.metric} {a.comparator} {a.threshold:g})" for a in paused}
+        self._health(state, {health.EMISSION_PAUSED: health.emission_paused(state.emission_paused_by, lines)})
+
+    def _emission_health(self, state: DriverState, cands: list[Candidate], emitted: int, ready: int,
+                         verified: bool) -> None:
+        """Count the cycles without an emitted task; past the limit, degraded with why (emission_watch)."""
+        held = ready >= self.s.high_water_mark or bool(state.emission_paused_by)  # paused on purpose: not a stall
+        state.emit_idle_cycles = emission_watch.idle_cycles(state.emit_idle_cycles, emitted, held)
+        facts = emission_watch.stall_facts(cands, min_probability=self.s.min_probability,
+                                           paused_topics=frozenset(state.paused_topics), verified_only=verified)
+        self._health(state, {health.EMISSION_STALLED: emission_watch.emission_stalled(
+            state.emit_idle_cycles, self.s.emission_stall_cycles, facts)})

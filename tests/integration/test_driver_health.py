@@ -1,0 +1,229 @@
+"""Always-on health through the real driver and store (#34): the spot-check budget is paced over the
+window and survives a restart; a stalled emission is said (degraded reason and alert, with why) and acted on."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from sqlalchemy import select
+
+from curriculum.store import lineage
+from curriculum.store.db import Store
+from curriculum.store.models import Label, ProbeScore, QueueItem, TaskRow
+from daemon.cli.main import cli
+from daemon.config import config_from_mapping
+from daemon.http.dashboard_status import collect_status, render_status
+from daemon.http.run_status import daemon_status
+from daemon.loop import health
+from daemon.loop.driver import Driver
+from daemon.loop.hacking import SuspectLimits
+from daemon.loop.progress import Progress
+from daemon.loop.rollback import RollbackRule
+from daemon.ops.metrics import build_metrics
+from daemon.service.runtime import ServiceHooks
+from testkit.driver import make_driver
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """The driver's injected ``now``, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _dispatched_in_cycle(driver: Driver) -> float:
+    """Tick one whole cycle; the spot-check phase's dispatch count."""
+    got = 0.0
+    for _ in range(5):
+        report = driver.tick()
+        if report.phase == "spotcheck":
+            got = report.values["spotcheck_dispatched"]
+    return got
+
+
+def _restarted(driver: Driver, clock: Callable[[], datetime]) -> Driver:
+    """A new driver on the same store and run, as a restarted daemon builds it (state read from the store)."""
+    return Driver(driver.store, driver.run_id, driver.engine, driver.spot, driver.retrainer, driver.s, clock=clock)
+
+
+def test_the_budget_is_paced_over_the_window_and_the_pace_survives_a_restart(store: Store, tmp_path: Path) -> None:
+    # burst 6; 3,606 tasks/hour: the bucket refills one task a second (the per-cycle cap of 20 never binds)
+    driver, _ = make_driver(store, tmp_path, budget_per_cycle=20, budget_per_hour=3_606, spot_burst=6,
+                            retrain_min_false_positives=10**6)
+    clock = Clock()
+    driver.clock = clock
+    assert _dispatched_in_cycle(driver) == 6  # a full bucket
+    clock.now += timedelta(seconds=3)
+    assert _dispatched_in_cycle(driver) == 3  # three seconds of refill
+    clock.now += timedelta(seconds=0.5)
+    assert _dispatched_in_cycle(driver) == 0  # half a token: nothing this cycle …
+    driver = _restarted(driver, clock)
+    clock.now += timedelta(seconds=1.5)
+    assert _dispatched_in_cycle(driver) == 2  # … and the half is kept across the restart
+    _, _, state = driver.state()
+    assert state.spot_bucket is not None and state.spot_bucket.tokens == pytest.approx(0.0)
+    assert health.BUDGET not in state.degraded
+    status = daemon_status(store, "drv", frontier=False)
+    pace = status["spotcheck_pace"]
+    assert pace["paced"] and pace["burst"] == 6 and pace["rate_per_min"] == pytest.approx(60.0)
+    assert pace["used_this_hour"] == 11 and "11/3,606 tasks used this hour" in pace["line"]
+    # verified utility: the labels of the window's probe-high tasks (score ≥ min_probability 0.3), in band or not
+    util, labels = status["utility"], _labelled(store)
+    high = [t for t, p in labels.items() if p >= 0.3]
+    assert util["labels"] == len(high) > 0 and not util["unverified"] and 0.0 <= util["verified"] <= 1.0
+    assert util["predicted"] is not None and f"verified {util['verified']:.0%} ({len(high)} labels" in util["line"]
+    if store.engine.url.get_backend_name() == "sqlite":  # the same lines in `propel status` and the dashboard
+        cfg = tmp_path / "p.toml"
+        cfg.write_text(f'run_name = "drv"\n[store]\nurl = "{store.engine.url.render_as_string(False)}"\n')
+        out = CliRunner().invoke(cli, ["--config", str(cfg), "status"], env={})
+        assert out.exit_code == 0, out.output
+        text = " ".join(out.output.split())
+        assert "budget spot-check pace 60 tasks/min (burst 6" in text and "utility predicted" in text, text
+        strip = render_status(collect_status(store, "drv", 30.0, 3_606, {}))
+        assert 'data-stat="pace"' in strip and 'data-stat="utility"' in strip and "11/3,606 tasks" in strip
+
+
+
+def _cycle_values(driver: Driver) -> dict[str, float]:
+    """Tick one whole cycle; every phase's values."""
+    values: dict[str, float] = {}
+    for _ in range(5):
+        values |= driver.tick().values
+    return values
+
+
+def _labelled(store: Store) -> dict[int, float]:
+    """Spot-checked task → its probe score."""
+    with store.session() as s:
+        rows = s.execute(select(Label.task_id, ProbeScore.probability).join(
+            ProbeScore, lineage.latest_score_of(Label.task_id))).all()
+    return {int(t): float(p) for t, p in rows}
+
+
+def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """No unverified task clears the threshold and time stands still after the first burst: three idle cycles
+    raise emission_stalled (degraded + the default alert, both saying why); then the spot-checks go to the
+    window's top-scored candidates and their verified in-band labels are emitted, which ends the stall."""
+    driver, _ = make_driver(store, tmp_path, budget_per_cycle=20, budget_per_hour=3_608, spot_burst=4,
+                            min_probability=0.999, emission_stall_cycles=3, retrain_min_false_positives=10**6)
+    clock = Clock()
+    driver.clock = clock
+    hooks = ServiceHooks(config_from_mapping({}, env={}), store, driver.run_id, build_metrics(),
+                         Progress(Console(file=io.StringIO())))
+    driver.hooks = hooks
+    try:
+        with caplog.at_level(logging.WARNING):
+            idle = [_cycle_values(driver)["emit_idle_cycles"] for _ in range(4)]
+            assert idle[-1] >= 3 and idle[-2] >= 2, idle
+            state = driver.state()[2]
+            detail = state.degraded[health.EMISSION_STALLED]["detail"]
+            assert "against emission.min_probability 0.999" in detail and "best unverified candidate scored" in detail
+            assert "valid candidates" in detail and "gate: probe predictions" in detail
+            status = daemon_status(store, "drv", frontier=False)
+            assert [d["reason"] for d in status["degraded"]] == [health.EMISSION_STALLED]
+            assert status["utility"]["unverified"] and "unverified" in status["utility"]["line"]  # nothing ≥ 0.999
+            before = _labelled(store)
+            emitted, cycles = 0.0, 0
+            while emitted == 0 and cycles < 8:  # tokens refill; each cycle checks the window's top-scored tasks
+                clock.now += timedelta(seconds=10)
+                values = _cycle_values(driver)
+                emitted, cycles = values["emitted"], cycles + 1
+                if cycles == 1:
+                    fired = [r.getMessage() for r in caplog.records
+                             if "alert emission_stalled FIRING" in r.getMessage()]
+                    assert len(fired) == 1 and "no task emitted for" in fired[0], fired
+                    new = {t: p for t, p in _labelled(store).items() if t not in before}
+                    assert len(new) == 4 and min(new.values()) >= 0.5  # the top of the window, not a random slice
+        assert emitted > 0, "verified in-band labels were emitted"
+        assert health.EMISSION_STALLED not in driver.state()[2].degraded
+        assert any(r.getMessage().startswith(f"recovered: {health.EMISSION_STALLED}") for r in caplog.records)
+    finally:
+        hooks.close()
+
+
+def test_a_probe_the_solver_contradicts_is_suspect_and_only_verified_tasks_are_emitted(
+        sqlite_store: Store, tmp_path: Path) -> None:
+    """The fake probe says ~60 % in band where the synthetic solver finds ~25 %: the gap trips, the probes are
+    suspect (degraded, with the numbers), and from then on every emitted task carries an in-band spot-check."""
+    limits = SuspectLimits(max_topic_js=1.0, max_top_topic_share=1.0, max_gap=0.2, min_labels=10, hold_cycles=3)
+    driver, _ = make_driver(sqlite_store, tmp_path, suspect=limits, retrain_min_false_positives=10**6)
+    for _ in range(3):
+        values = _cycle_values(driver)
+        if values.get("probes_suspect"):
+            break
+    state = driver.state()[2]
+    assert health.PROBES_SUSPECT in state.degraded, values
+    assert "predicted utility" in state.degraded[health.PROBES_SUSPECT]["detail"]
+    suspect_from = driver.state()[1]
+    _cycle_values(driver)
+    with sqlite_store.session() as s:
+        later = [q.message for q in s.scalars(select(QueueItem).join(TaskRow, TaskRow.id == QueueItem.task_id)
+                                              .where(TaskRow.cycle >= suspect_from))]
+    assert later and all(m["spot_check"] and m["spot_check"]["in_band"] for m in later)
+
+
+def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):  # healthy: ~90 % valid; the policy is at step 10, then 20
+        _cycle_values(driver)
+    assert driver.state()[2].healthy_step == 20
+    engine.validity_override = 0.05  # the policy collapses
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(2)]
+    assert [v.get("rolled_back") for v in values] == [None, 1.0] and engine.rollbacks == [20]
+    assert 20 in engine.pinned  # the rl phases kept the target from being pruned
+    said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+    assert said == ["validity below 30% for 2 cycles in a row (last 5%): generator rolled back from step 40 to "
+                    "step 20, the last cycle with validity ≥ 80%, trusted probes and no open mitigation"]
+    state = driver.state()[2]
+    assert state.totals.rollbacks == 1 and state.low_validity_cycles == 0
+    assert _cycle_values(driver)["validity"] > 0.8  # the restored policy
+
+
+def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_emission(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rule the fake policy keeps breaking (validity < 0.95; it is ~0.9) with raise_kl: after 2 cycles the
+    mitigation escalates to a rollback, after 2 more to pausing emission; once validity is back, it worked
+    and emission resumes — each step one readable line."""
+    driver, engine = make_driver(sqlite_store, tmp_path, escalate_after_cycles=2, retrain_min_false_positives=10**6,
+                                 rollback=RollbackRule(validity=0.01, cycles=99, healthy_validity=0.8))
+    cfg = config_from_mapping({"alerts": {"rules": [{"name": "validity_dip", "metric": "validity", "comparator": "<",
+                                                     "threshold": 0.95, "mitigation": {"kind": "raise_kl",
+                                                                                       "factor": 3.0}}]}}, env={})
+    hooks = ServiceHooks(cfg, sqlite_store, driver.run_id, build_metrics(), Progress(Console(file=io.StringIO())))
+    driver.hooks = hooks
+    try:
+        with caplog.at_level(logging.INFO, logger="propel"):
+            emitted = [_cycle_values(driver)["emitted"] for _ in range(5)]
+            state = driver.state()[2]
+            assert [a.level for a in state.mitigations] == [2] and state.emission_paused_by == ["validity_dip"]
+            assert engine.rollbacks == [10] and emitted[4] == 0 and all(e > 0 for e in emitted[:4]), emitted
+            assert "emission paused by escalation" in state.degraded[health.EMISSION_PAUSED]["detail"]
+            engine.validity_override = 1.0  # the policy recovers
+            assert _cycle_values(driver)["emitted"] > 0  # measured in the spot-check phase: resumed the same cycle
+        lines = [r.getMessage() for r in caplog.records if "alert validity_dip" in r.getMessage()]
+        assert any("mitigation: raise the KL coefficient ×3 for the next RL chunk" in line for line in lines)
+        assert [line.split(": escalating to ")[-1] for line in lines if "escalating" in line] == [
+            "a generator rollback", "pausing emission"]
+        assert any(line.startswith("alert validity_dip: pausing emission (applied at cycle 4") and "worked" in line
+                   for line in lines), lines
+        assert driver.state()[2].mitigations == [] and health.EMISSION_PAUSED not in driver.state()[2].degraded
+    finally:
+        hooks.close()

@@ -1,0 +1,68 @@
+"""Mitigations that escalate (#34): the rule (tables) and its readable lines (#38 item 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.loop import escalation
+from daemon.loop.escalation import Applied
+from daemon.ops.alerts.evaluation import AlertEvent, Mitigation, mitigation_words
+from daemon.ops.alerts.rules import DEFAULT_RULES, MitigationKind
+
+COLLAPSE = Applied(rule="topic_collapse", kind="retrain_aux_topic", topic="sub:4", metric="top_topic_share",
+                   comparator=">", threshold=0.5, value=0.61, cycle=70)
+
+
+@pytest.mark.parametrize(("level", "cycle", "value", "after", "decision"), [
+    (0, 75, 0.7, 10, "wait"),  # still bad, not yet due
+    (0, 80, 0.7, 10, "escalate"),  # still bad after 10 cycles
+    (0, 80, 0.45, 10, "worked"),  # back below the threshold
+    (0, 80, 0.5, 10, "worked"),  # the rule is "> 0.5": 0.5 no longer holds
+    (0, 90, None, 10, "wait"),  # not measured this cycle
+    (0, 200, 0.9, 0, "wait"),  # escalation off
+    (2, 200, 0.9, 10, "wait"),  # pause_emission is the last level
+    (2, 200, 0.3, 10, "worked"),
+])
+def test_decide(level: int, cycle: int, value: float | None, after: int, decision: str) -> None:
+    assert escalation.decide(COLLAPSE.model_copy(update={"level": level}), cycle, value, after) == decision
+
+
+@pytest.mark.parametrize(("level", "skip_rollback", "to"), [
+    (0, False, "rollback"), (0, True, "pause_emission"), (1, False, "pause_emission")])
+def test_escalated(level: int, skip_rollback: bool, to: str) -> None:
+    nxt = escalation.escalated(COLLAPSE.model_copy(update={"level": level}), 80, 0.8, skip_rollback)
+    assert escalation.LEVELS[nxt.level] == to and (nxt.cycle, nxt.value) == (80, 0.8)
+
+
+def test_lines_are_readable_words_not_dicts() -> None:
+    nxt = escalation.escalated(COLLAPSE, 80, 0.8, skip_rollback=False)
+    assert escalation.describe(COLLAPSE, "escalate", 80, 0.8, nxt) == (
+        "alert topic_collapse: retrain an aux probe with topic sub:4's tasks as negatives (applied at cycle 70 with "
+        "top_topic_share 0.61) did not bring top_topic_share back (> 0.5) within 10 cycles (now 0.8): escalating to "
+        "a generator rollback")
+    assert escalation.describe(nxt, "worked", 85, 0.4) == (
+        "alert topic_collapse: a generator rollback (applied at cycle 80 with top_topic_share 0.8) worked: "
+        "top_topic_share is 0.4 at cycle 85, no longer > 0.5")
+    paused = escalation.escalated(nxt, 90, 0.8, skip_rollback=False)
+    assert escalation.describe(nxt, "escalate", 90, 0.8, paused).endswith("escalating to pausing emission")
+
+
+@pytest.mark.parametrize(("kind", "topic", "factor", "words"), [
+    ("pause_topic", "mul:3", None, "pause emitting topic mul:3"),
+    ("retrain_aux_topic", None, None, "retrain an aux probe on the mined false positives"),
+    ("raise_kl", None, 4.0, "raise the KL coefficient ×4 for the next RL chunk"),
+])
+def test_mitigation_words(kind: str, topic: str | None, factor: float | None, words: str) -> None:
+    assert mitigation_words(kind, topic, factor) == words
+    assert Mitigation(MitigationKind(kind), "r", 1, factor, topic).describe() == words
+
+
+def test_record_keeps_one_per_rule_with_the_metric_and_value_at_firing() -> None:
+    rule = next(r for r in DEFAULT_RULES if r.name == "topic_flooding")
+    fire = AlertEvent("fire", rule.name, 12, 0.41, rule, None, Mitigation(MitigationKind.PAUSE_TOPIC, rule.name, 12,
+                                                                         None, "add:5"))
+    no_mitigation = AlertEvent("fire", "self_bleu3_high", 12, 0.9, None)
+    got = escalation.record([COLLAPSE, COLLAPSE.model_copy(update={"rule": "topic_flooding"})], [fire, no_mitigation])
+    assert [a.rule for a in got] == ["topic_collapse", "topic_flooding"]
+    assert (got[1].kind, got[1].topic, got[1].metric, got[1].comparator, got[1].value, got[1].cycle, got[1].level) \
+        == ("pause_topic", "add:5", "top_topic_share", ">", 0.41, 12, 0)
