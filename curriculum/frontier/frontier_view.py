@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from curriculum.frontier import drift
 from curriculum.store import repo, solver_versions
-from curriculum.store.models import Label, ProbeRow, QueueItem, SolverVersionRow, TaskRow
+from curriculum.store.models import Label, ProbeRow, QueueItem, SolverVersionRow
 
 
 def _rate(in_band: int, known: int) -> float | None:
@@ -21,11 +21,12 @@ def _rate(in_band: int, known: int) -> float | None:
 
 
 def version_rows(sess: Session, run_id: int | None) -> list[dict[str, Any]]:
-    """One row per (solver name, version) with labels of the run's tasks, a drift measurement, or a
-    registration (an announced version without labels yet is listed too), newest version first per name.
-    Registrations are not per run: a store shared by runs lists every run's solver versions."""
+    """One row per (solver name, version) with labels the run wrote (labels are per run: another run
+    replaying a task keeps its own), a drift measurement, or a registration (an announced version without
+    labels yet is listed too), newest version first per name. Registrations are not per run: a store
+    shared by runs lists every run's solver versions."""
     q = (select(Label.solver_name, Label.solver_version, Label.source, Label.in_band, func.count())
-         .join(TaskRow, TaskRow.id == Label.task_id).where(TaskRow.run_id == run_id)
+         .where(Label.run_id == run_id)
          .group_by(Label.solver_name, Label.solver_version, Label.source, Label.in_band))
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for name, version, source, in_band, n in sess.execute(q):

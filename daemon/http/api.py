@@ -349,19 +349,20 @@ def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, Item
         # task order: two batches touching the same rows (two runs replaying one task) lock them alike
         ok = sorted(((tid, b) for tid, b in items if _version_key(b) not in bad), key=lambda it: it[0])
         statuses = queue.ack_many(s, [b.outcome(tid) for tid, b in ok], run_id=run_id)
-        _store_outcomes(s, ctx, [(tid, b) for tid, b in ok if statuses[tid].accepted])
+        _store_outcomes(s, ctx, run_id, [(tid, b) for tid, b in ok if statuses[tid].accepted])
     results = {tid: ItemResult(tid, st) for tid, st in statuses.items()}
     results.update({tid: ItemResult(tid, queue.AckStatus.INVALID, f"version: {bad[_version_key(b)]}")
                     for tid, b in items if _version_key(b) in bad})
     return results
 
 
-def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
-    """One ``consumer`` label per accepted ack, of the solver version that made it (registered
+def _store_outcomes(s: Session, ctx: ApiContext, run_id: int, items: list[tuple[int, AckRequest]]) -> None:
+    """One ``consumer`` label of run ``run_id`` per accepted ack, of the solver version that made it (registered
     already), in one multi-row write. The queue accepts one outcome per task, so each label is
     written once. A solver name this daemon does not follow is logged once."""
     ctx.notices.once(sorted({body.solver_version()[0] for _, body in items}), ctx.followed)
-    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band())
+    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band(),
+                                            run_id=run_id)
 
 
 def _version_key(body: AckRequest) -> tuple[str, str, int]:

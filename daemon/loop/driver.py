@@ -283,12 +283,17 @@ class Driver(HealthWatch):
         return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
-        """Send each check to the version it was chosen for (an unversioned one keeps the old call)."""
+        """Send each check to the version the endpoint serves now (an unversioned one keeps the old call): a
+        check chosen for an older version (sent again past its deadline, or after a broker outage) would be run
+        by the new checkpoint, so it moves to the current version and is harvested under it (#37)."""
         if not task_ids:
             return
+        cur = self.frontier.serving_id()
         by_sid: dict[str | None, list[int]] = {}
         for t in task_ids:
             check = state.spotcheck_pending.get(t)
+            if check is not None and check.solver_id not in (None, cur):
+                check = state.spotcheck_pending[t] = check.model_copy(update={"solver_id": cur})
             by_sid.setdefault(check.solver_id if check else None, []).append(t)
         try:
             for sid, ids in by_sid.items():
@@ -341,7 +346,8 @@ class Driver(HealthWatch):
         # a task is harvested once its stored trials settle its label: all k always do, and a spot-checker with
         # spotcheck.sequential stops there (so the harvest rule needs no setting that could disagree with it)
         labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, sequential=True).items()}
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, run_id=self.run_id,
+                                                          sequential=True).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
@@ -506,8 +512,8 @@ class Driver(HealthWatch):
                        Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
                 .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
-                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
-                      isouter=True)
+                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid)
+                      & (Label.run_id == self.run_id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
             ready = queue.ready_count(s, self.run_id)

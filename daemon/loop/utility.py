@@ -40,7 +40,8 @@ def verified_counts(store: Store, run_id: int, solver_id: str, cycle: int, windo
     with store.session() as s:
         rows = s.execute(
             select(Label.in_band).select_from(TaskRow)
-            .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == solver_id))
+            .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == solver_id)
+                  & (Label.run_id == run_id))  # the run's own labels (#37: labels are per run)
             .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
             .where(TaskRow.run_id == run_id, TaskRow.valid, TaskRow.cycle > cycle - window_cycles,
                    TaskRow.cycle <= cycle, ProbeScore.probability >= min_probability,

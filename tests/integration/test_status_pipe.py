@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from curriculum.frontier.frontier_labels import TrainerOutcome, record_trainer_outcomes
-from curriculum.store import solver_versions
+from curriculum.store import repo, solver_versions
 from curriculum.store.db import Store
 from probes.band import Band
 from testkit.seeding import seed
@@ -37,7 +37,7 @@ def test_status_in_a_pipe_fits_80_columns_with_full_names(store: Store, tmp_path
         for version in ("step-50", "step-100", "step-150"):
             solver_versions.register(s, TRAINER, version, source="announce")
         record_trainer_outcomes(s, [TrainerOutcome(t, TRAINER, "step-50", 2, 8, 0, None) for t in ids],
-                                Band(8, 1, 3, 6))
+                                Band(8, 1, 3, 6), run_id=repo.get_or_create_run(s, "default", "h", {}))
     out = _status(store, tmp_path)
     lines = out.splitlines()
     assert [line for line in lines if len(line) > 80] == []

@@ -7,9 +7,8 @@ piles up more than 1,000 acks, two runs replaying the same tasks.
 Invariant: every leased task ends with exactly one stored outcome, the one its reporter sent, of
 the right run and version, or back in the queue; no reported outcome is silently lost (each is
 stored or refused); every refusal reaches the trainer naming the task. A stolen task's report
-(#37 defect 8, fixed on the server) and the labels of a replaying run (defect 4: labels keyed
-without the run; a strict xfail until the labels change is merged) have their own tests, one per
-schedule that exercises them.
+(#37 defect 8, fixed on the server) and the labels of a replaying run (defect 4, fixed: labels are
+keyed by run, migration 0010) have their own tests, one per schedule that exercises them.
 Replay a schedule with ``-k 'seed-7]'``; counts are printed per schedule (``-s``).
 """
 
@@ -129,7 +128,6 @@ def test_an_old_token_is_told_lease_lost(seed: int, faults_store: Store) -> None
     assert all(t in p.refused for t in stolen)
 
 
-@pytest.mark.xfail(strict=True, reason="#37 defect 4, server side: labels keyed without the run")
 @pytest.mark.parametrize("seed", _params(s for s in SEEDS if make_schedule(s).replay))
 def test_replayed_runs_keep_their_own_labels(seed: int, faults_store: Store) -> None:
     """Both runs ack the same tasks as the same solver version with different outcomes: each run's
