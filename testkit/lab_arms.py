@@ -42,6 +42,7 @@ from curriculum.domains.base import Task
 T = TypeVar("T")
 RG_MISSING = "the reasoning_gym arm needs `pip install reasoning-gym==0.1.25` (see docs/FRONTIER.md)"
 RG_OPERATORS = ("+", "-", "*")
+RG_MAX_DRAWS = 1_000  # dataset draws one tasks() call makes before it gives up short
 RG_MAX_DIGITS_LEVEL = 2  # num_digits levels [1, 2, 3, 4]: index 2 = 3 digits, the arith domain's 0-999
 
 
@@ -70,7 +71,7 @@ class ReasoningGymSource:
         self.curriculum = self.rg.BasicArithmeticCurriculum()
         self.domain = ArithDomain(max_ops=max_ops)
         self.scores: deque[float] = deque(maxlen=settings.window)
-        self.batches = self.drawn = self.rejected = 0
+        self.batches = self.drawn = self.rejected = 0  # over the source's life (statistics only)
         self.seen: set[str] = set()
         self.raised_at: list[int] = []  # groups recorded when each raise happened
 
@@ -88,8 +89,13 @@ class ReasoningGymSource:
         """``n`` valid arith tasks from RG's generator at the current level, none served before by this
         source (the queue refuses a task already in its run); items the domain rejects are counted."""
         out: list[Task] = []
+        draws = 0  # this call's draws: the give-up bound is per call, never over the source's life
         while len(out) < n:
+            if draws == RG_MAX_DRAWS:
+                raise RuntimeError(f"RG produced only {len(out)}/{n} valid arith tasks at level {self.level} "
+                                   f"in {draws} draws")
             dataset = self.rg.BasicArithmeticDataset(self.config(2 * (n - len(out))))
+            draws += 1
             self.batches += 1
             items = [item["metadata"]["expression"] for item in dataset]
             self.drawn += len(items)
@@ -98,8 +104,6 @@ class ReasoningGymSource:
                     self.seen.add(v.task.content_hash)
                     out.append(v.task)
                 self.rejected += not v.valid
-            if self.batches > 1_000:
-                raise RuntimeError(f"RG produced only {len(out)}/{n} valid arith tasks at level {self.level}")
         return out
 
     def can_raise(self) -> bool:

@@ -338,18 +338,30 @@ def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:
 
 
 def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, ItemResult]:
-    """Ack outcomes of this API's run and store each accepted one as a ``consumer`` label, in one
-    transaction (an outcome and its label are written together or not at all). An item whose version
-    cannot be registered is ``invalid`` alone."""
+    """Ack outcomes of this API's run, register the solver version of each accepted one and store it as
+    a ``consumer`` label, in one transaction (an outcome, its version and its label are written together
+    or not at all). An item whose version cannot be registered is ``invalid`` alone; a refused ack
+    registers nothing."""
+    try:
+        return _ack_once(ctx, items)
+    except solver_versions.VersionError:
+        # a concurrent first registration gave a version another order after the check: nothing of this
+        # batch was written; the check now sees that version and refuses its items alone
+        return _ack_once(ctx, items)
+
+
+def _ack_once(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, ItemResult]:
     with ctx.store.session() as s:
         run_id = ctx.resolve_run(s)
         if run_id is None:
             return {tid: ItemResult(tid, queue.AckStatus.NOT_FOUND) for tid, _ in items}
-        bad = _register_versions(s, [b for _, b in items])
+        bad = solver_versions.check_registrations(s, [_version_key(b) for _, b in items])  # read-only
         # task order: two batches touching the same rows (two runs replaying one task) lock them alike
         ok = sorted(((tid, b) for tid, b in items if _version_key(b) not in bad), key=lambda it: it[0])
         statuses = queue.ack_many(s, [b.outcome(tid) for tid, b in ok], run_id=run_id)
-        _store_outcomes(s, ctx, run_id, [(tid, b) for tid, b in ok if statuses[tid].accepted])
+        accepted = [(tid, b) for tid, b in ok if statuses[tid].accepted]
+        _register_versions(s, [b for _, b in accepted])
+        _store_outcomes(s, ctx, run_id, accepted)
     results = {tid: ItemResult(tid, st) for tid, st in statuses.items()}
     results.update({tid: ItemResult(tid, queue.AckStatus.INVALID, f"version: {bad[_version_key(b)]}")
                     for tid, b in items if _version_key(b) in bad})
@@ -365,24 +377,19 @@ def _store_outcomes(s: Session, ctx: ApiContext, run_id: int, items: list[tuple[
                                             run_id=run_id)
 
 
-def _version_key(body: AckRequest) -> tuple[str, str, int]:
+def _version_key(body: AckRequest) -> solver_versions.VersionKey:
     name, version = body.solver_version()
-    return name, version, -1 if body.version_order is None else body.version_order
+    return name, version, body.version_order
 
 
-def _register_versions(s: Session, bodies: list[AckRequest]) -> dict[tuple[str, str, int], str]:
-    """Register each distinct version of the acks (a lower one stays a late outcome, never current),
-    in sorted order: two transactions registering the same new versions then wait for each other
-    instead of deadlocking on PostgreSQL. Returns why each version that cannot be registered (no
-    order, or an order that contradicts the registered one) was refused; nothing of it was written."""
-    bad: dict[tuple[str, str, int], str] = {}
-    for key in sorted({_version_key(b) for b in bodies}):
-        name, version, order = key
-        try:
-            solver_versions.ensure_registered(s, name, version, None if order < 0 else order, source="ack")
-        except solver_versions.VersionError as err:
-            bad[key] = str(err)
-    return bad
+def _register_versions(s: Session, bodies: list[AckRequest]) -> None:
+    """Register each distinct version of the accepted acks (a lower one stays a late outcome, never
+    current), after the queue took them and in sorted order: every ack transaction locks its task rows
+    first, then the new versions in one order, so two of them wait for each other instead of deadlocking
+    on PostgreSQL. Checked already (:func:`solver_versions.check_registrations`); a
+    :class:`~curriculum.store.solver_versions.VersionError` here is a concurrent registration's."""
+    for name, version, order in solver_versions.sorted_keys(_version_key(b) for b in bodies):
+        solver_versions.ensure_registered(s, name, version, order, source="ack")
 
 
 def _outcome(task_id: int, body: AckRequest) -> frontier_labels.TrainerOutcome:

@@ -116,6 +116,77 @@ def test_old_token_is_told_lease_lost_over_http(api: tuple[str, Store]) -> None:
     assert batch["results"] == [{"id": old.id, "status": "lease_lost"}]
 
 
+def test_refused_acks_register_no_version(api: tuple[str, Store]) -> None:
+    """(#37) The queue decides an ack before its version is registered: acks refused for a wrong lease
+    token (409), an unknown task (404) or a repeat of an acked task, one at a time or in a batch, leave
+    their versions unregistered, so none of them becomes current (what spot-checks and drift target)."""
+    url, store = api
+    seed(store, 2)
+    held = lease(url, 2)
+    first = httpx.post(f"{url}/v1/tasks/ack", headers=AUTH, json={"outcomes": [outcome(held[0], version="step-1")]})
+    assert [r["status"] for r in first.json()["results"]] == ["acked"]
+    single = {k: v for k, v in outcome(held[1], version="step-999", lease_token="not-my-token").items() if k != "id"}
+    assert httpx.post(f"{url}/v1/tasks/{held[1]['id']}/ack", headers=AUTH, json=single).status_code == 409
+    assert httpx.post(f"{url}/v1/tasks/999999/ack", headers=AUTH,
+                      json={**single, "version": "step-998"}).status_code == 404
+    batch = httpx.post(f"{url}/v1/tasks/ack", headers=AUTH, json={"outcomes": [
+        outcome(held[1], version="step-997", lease_token="not-my-token"),
+        {**outcome(held[1], version="step-996"), "id": 999999},
+        outcome(held[0], version="step-995"),
+    ]})
+    assert [r["status"] for r in batch.json()["results"]] == ["lease_lost", "not_found", "already_acked"]
+    with store.session() as s:
+        assert [v.version for v in solver_versions.versions(s, "pol")] == ["step-1"]
+        current = solver_versions.current(s, "pol")
+    assert current is not None and current.version == "step-1"
+
+
+def test_a_version_given_two_orders_in_one_batch_is_refused_for_the_later_order_alone(
+        api: tuple[str, Store]) -> None:
+    """The read-only check before the ack counts the batch's own earlier registrations: a new version
+    sent with orders 5 and 7 is registered with 5 (sorted order) and the order-7 item is ``invalid``."""
+    url, store = api
+    seed(store, 2)
+    held = lease(url, 2)
+    resp = httpx.post(f"{url}/v1/tasks/ack", headers=AUTH, json={"outcomes": [
+        outcome(held[0], version="ckpt-a", version_order=7), outcome(held[1], version="ckpt-a", version_order=5)]})
+    results = resp.json()["results"]
+    assert [r["status"] for r in results] == ["invalid", "acked"], results
+    assert "registered with order 5; order 7 contradicts it" in results[0]["detail"]
+    with store.session() as s:
+        assert [(v.version, v.order) for v in solver_versions.versions(s, "pol")] == [("ckpt-a", 5)]
+        assert s.scalar(select(QueueItem.state).where(QueueItem.task_id == held[0]["id"])) == "leased"
+
+
+def test_a_version_registered_with_another_order_after_the_check_rolls_the_batch_back_and_retries(
+        api: tuple[str, Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the read-only check cannot see: another transaction registers the version with another
+    order between the check and the registration after the ack. The batch's acks are rolled back with
+    it and the batch runs again: the check now refuses that item alone, the other one is acked once."""
+    url, store = api
+    seed(store, 2)
+    held = lease(url, 2)
+    with store.session() as s:
+        solver_versions.ensure_registered(s, "pol", "ckpt-b", 3, source="announce")
+    real, calls = solver_versions.check_registrations, []
+
+    def blind_first(sess: Any, keys: Any) -> Any:  # the first check ran before the other registration
+        calls.append(keys)
+        return {} if len(calls) == 1 else real(sess, keys)
+
+    monkeypatch.setattr(solver_versions, "check_registrations", blind_first)
+    resp = httpx.post(f"{url}/v1/tasks/ack", headers=AUTH, json={"outcomes": [
+        outcome(held[0], version="ckpt-b", version_order=9), outcome(held[1], version="step-4")]})
+    results = resp.json()["results"]
+    assert [r["status"] for r in results] == ["invalid", "acked"] and len(calls) == 2, results
+    assert "registered with order 3; order 9 contradicts it" in results[0]["detail"]
+    with store.session() as s:
+        states = dict(s.execute(select(QueueItem.task_id, QueueItem.state)).all())
+        labelled = list(s.scalars(select(Label.task_id).where(Label.source == "consumer")))
+        assert {v.version: v.order for v in solver_versions.versions(s, "pol")} == {"ckpt-b": 3, "step-4": 4}
+    assert [states[h["id"]] for h in held] == ["leased", "acked"] and labelled == [held[1]["id"]]
+
+
 def test_untried_nack_over_http(api: tuple[str, Store]) -> None:
     """(#36.4) ``"tried": false`` gives the attempt back: with max_attempts=2, three untried nacks
     in a row leave the task leasable; the default (tried) nack still counts."""

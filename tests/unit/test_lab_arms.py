@@ -112,3 +112,49 @@ def test_rg_batches_never_repeat_a_task(source) -> None:
     first, second = source.tasks(30), source.tasks(30)  # level 0: 2 one-digit terms, a small space
     hashes = [t.content_hash for t in first + second]
     assert len(set(hashes)) == 60 and source.drawn >= 60
+
+
+class FakeArithmetic:
+    """Stands in for ``reasoning_gym.arithmetic`` (runs without reasoning-gym): a curriculum at level 0 whose
+    config is the defaults it is given, and a dataset of ``size`` distinct sums seeded by ``seed`` (or of
+    ``bad``, an expression the arith domain rejects, when set)."""
+
+    def __init__(self, bad: str | None = None) -> None:
+        self.bad = bad
+
+    class BasicArithmeticCurriculum:
+        def get_max_level(self) -> int:
+            return 0
+
+        def generate_configuration(self, defaults: dict) -> dict:
+            return defaults
+
+    def BasicArithmeticDataset(self, cfg: dict) -> list[dict]:
+        seed = cfg["seed"]
+        return [{"metadata": {"expression": self.bad or f"{(seed + i) % 997 + 1} + {(seed + i) // 997 + 1}"}}
+                for i in range(cfg["size"])]
+
+
+def fake_source(monkeypatch: pytest.MonkeyPatch, fake: FakeArithmetic):
+    import testkit.lab_arms as lab_arms
+
+    monkeypatch.setattr(lab_arms, "require_reasoning_gym", lambda: fake)
+    return lab_arms.ReasoningGymSource(RGSettings(), seed=0)
+
+
+def test_rg_source_serves_past_a_thousand_calls_its_give_up_bound_is_per_call(monkeypatch) -> None:
+    from testkit.lab_arms import RG_MAX_DRAWS
+
+    src = fake_source(monkeypatch, FakeArithmetic())
+    got = [src.tasks(1) for _ in range(RG_MAX_DRAWS + 50)]  # the reviewer's repro raised at call 1001
+    assert all(len(t) == 1 for t in got)
+    assert len({t.content_hash for [t] in got}) == RG_MAX_DRAWS + 50 and src.batches == RG_MAX_DRAWS + 50
+
+
+def test_rg_source_gives_up_with_one_line_when_no_draw_is_valid(monkeypatch) -> None:
+    from testkit.lab_arms import RG_MAX_DRAWS
+
+    src = fake_source(monkeypatch, FakeArithmetic(bad="7 / 2"))  # the arith domain has no division
+    with pytest.raises(RuntimeError, match=rf"RG produced only 0/3 valid arith tasks at level 0 in {RG_MAX_DRAWS}"):
+        src.tasks(3)
+    assert src.batches == RG_MAX_DRAWS and src.rejected == src.drawn > 0
