@@ -10,6 +10,7 @@ driver state, and report through the driver's degraded-state merge (``_health``)
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from sqlalchemy import func, select
 
@@ -117,12 +118,12 @@ class HealthWatch:
             if decision == "worked":
                 log.info("%s", escalation.describe(a, decision, cycle, value))
                 continue
-            target = state.healthy_step if self.s.rollback.on else None
+            step = int(self.engine.provenance().get("generator_step") or 0)
+            target = rollback.target(1, replace(self.s.rollback, cycles=1), state.healthy_step, step)
             skip = target is None or rollback.repeated(target, state.rolled_back_to)  # not again: next level
             nxt = escalation.escalated(a, cycle, value, skip_rollback=skip)
             log.warning("%s", escalation.describe(a, decision, cycle, value, nxt))
             if escalation.LEVELS[nxt.level] == "rollback" and target is not None:
-                step = int(self.engine.provenance().get("generator_step") or 0)
                 out |= self._roll_back(state, target, step, f"alert {a.rule} escalated")
             kept.append(nxt)
         state.mitigations = kept
