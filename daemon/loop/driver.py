@@ -37,7 +37,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import health, pacing
+from daemon.loop import hacking, health, pacing
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -245,11 +245,15 @@ class Driver(HealthWatch):
         values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
         values |= self._probe_trust(cycle, state)
         values |= self._rollback_check(state, sampled.get("validity"))
+        values |= self._end_long_pauses(cycle, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         metrics = self._cycle_metrics(cycle)
         self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
-        self._escalate(cycle, state, metrics)  # the mitigations alerts applied: measured, escalated when they fail
+        escalated = self._escalate(cycle, state, metrics)  # alerts' mitigations: measured, escalated when they fail
+        if escalated:
+            self._record(cycle, escalated)  # an escalation's rollback: the same metrics as a collapse's
+            values |= escalated
         self._advance("spotcheck", cycle, state)
         return values
 
@@ -519,10 +523,12 @@ class Driver(HealthWatch):
             ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
+            suspect = health.PROBES_SUSPECT in state.degraded  # suspect probes: a raised bar, or verified only
             verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
-                        or health.PROBES_SUSPECT in state.degraded)  # suspect probes: their word alone is not enough
+                        or (suspect and self.s.suspect.response == "verified_only"))
             plan = set() if state.emission_paused_by else set(emission_plan(
-                cands, min_probability=self.s.min_probability, max_topic_share=self.s.max_topic_share,
+                cands, min_probability=hacking.min_probability(self.s.min_probability, suspect, self.s.suspect),
+                max_topic_share=self.s.max_topic_share,
                 high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
                 verified_only=verified))
             prov = self.engine.provenance()

@@ -49,11 +49,13 @@ GAUGES: dict[str, tuple[str, str]] = {
                          "tasks of the last emission.verified_window_cycles cycles (absent: unverified)"),
     "verified_labels": ("propel_verified_labels", "Labels the verified utility is over (0: unverified)"),
     "probes_suspect": ("propel_probes_suspect", "1 while hacking signals say the probes are not trustworthy "
-                       "(degraded: probes_suspect; only verified tasks are emitted)"),
-    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the run's "
-                 "first sampled cycle (drift from the probes' training distribution)"),
+                       "(degraded: probes_suspect; emission per health.suspect_response)"),
+    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the "
+                 "baseline of the first health.suspect_baseline_cycles cycles under the current probes"),
     "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
                          "cycles (degraded: emission_stalled)"),
+    "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
+                               "health.max_paused_cycles and were ended this cycle"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }
@@ -68,7 +70,7 @@ TOTALS: dict[str, tuple[str, str]] = {
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
     "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity "
-                  "collapse)"),
+                  "collapse or an escalated alert)"),
 }
 #: Gauges that read NaN until first measured: a 0 there would read as "measured, nothing found".
 UNMEASURED_NAN: tuple[str, ...] = ("drift_score",)
