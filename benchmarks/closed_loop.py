@@ -14,9 +14,15 @@ with ``propel_sdk``. Same solver start, same trainer steps, same daemon spot-che
   base        valid tasks of the untrained (bootstrapped, no RL) generator, imported;
   corpus      tasks drawn from the bootstrap corpus, imported.
 
+Opt-in (--arms …,reasoning_gym,filter; synthetic row only), what a lab would use instead of this service
+(testkit/closed_loop_lab.py): reasoning_gym imports each step's batch from Reasoning Gym's arithmetic
+generator at its own curriculum's level; filter rolls out candidates from a static pool and keeps the
+groups with 0 < accuracy < 1 (balanced online difficulty filtering), every rollout counted.
+
 Per round: the in-band rate of the served tasks measured independently (k = 8 attempts by the checkpoint
 that trained on them, outside every arm's budget), the share of the trainer's GRPO groups with non-zero
-reward variance, the solver's accuracy on a fixed held-out arithmetic set, and the daemon's solver trials.
+reward variance, the solver's accuracy on a fixed held-out arithmetic set, the daemon's solver trials and
+all solver rollouts (the trainer's, the filter's dropped groups', the daemon's trials; cumulative).
 Mean ± std over seeds; JSON + PNG (benchmarks/results/closed_loop.*; PROPEL_BENCH_RESULTS redirects).
 
 Rows: ``synthetic`` — the synthetic solver made learnable (its skill rises with the GRPO groups of
@@ -39,10 +45,19 @@ import click
 import numpy as np
 
 from benchmarks._common import RESULTS, write_result
-from testkit.closed_loop import ARMS, ArmResult, LoopSettings, SyntheticLearner, measure_in_band, run_arm, serve_arm
+from testkit.closed_loop import (
+    ARMS,
+    LAB_ARMS,
+    ArmResult,
+    LoopSettings,
+    SyntheticLearner,
+    measure_in_band,
+    run_arm,
+    serve_arm,
+)
 from testkit.closed_loop_lm import LMSettings
 
-METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials")
+METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials", "solver_rollouts")
 QUICK = LoopSettings(rounds=2, steps_per_round=1, batch=4, cycles_per_round=1, measure_tasks=4,
                      heldout=32, heldout_n=1)
 FULL = LoopSettings()
@@ -52,10 +67,15 @@ LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0
 
 def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdir: Path) -> ArmResult:
     """One arm, one seed, synthetic learner: serve, train R rounds, then measure in-band."""
+    from testkit.closed_loop_lab import first_tasks, lab_stepper, rg_source
+
     skill_file = workdir / "skills.json"
     learner = SyntheticLearner(settings, seed, skill_file)
-    with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml()) as server:
-        result = run_arm(arm, learner, server, settings, seed, log=lambda m: click.echo(m, err=True))
+    source = rg_source(arm, seed, settings)
+    tasks = first_tasks(arm, settings, seed, source) if arm in LAB_ARMS else None
+    with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml(), tasks) as server:
+        step = lab_stepper(arm, learner, server, settings, source) if arm in LAB_ARMS else None
+        result = run_arm(arm, learner, server, settings, seed, log=lambda m: click.echo(m, err=True), step=step)
     measure_in_band(result, learner, settings)
     return result
 
@@ -67,6 +87,7 @@ def per_round(result: ArmResult) -> dict[str, list[float]]:
         out["useful_share"].append(r.useful_groups / max(1, r.groups))
         out["heldout_accuracy"].append(float(r.heldout_accuracy or 0.0))
         out["daemon_trials"].append(float(r.daemon_trials))
+        out["solver_rollouts"].append(float(r.rollouts + r.filter_rollouts + r.daemon_trials))
     return out
 
 
@@ -156,13 +177,13 @@ def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any
     for row, table in rows.items():
         lines += [f"**{row}** (final round; mean ± std over seeds)", "",
                   "| arm | in-band (first → final) | useful GRPO groups | held-out acc (start → final) | "
-                  "daemon trials |",
-                  "| --- | --- | --- | --- | --- |"]
+                  "daemon trials | solver rollouts (all) |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for arm, t in table.items():
-            ib, us, ha, tr = (t[m] for m in METRICS)
+            ib, us, ha, tr, ro = (t[m] for m in METRICS)
             lines.append(f"| {arm} | {ib['mean'][0]:.2f} → {ib['mean'][-1]:.2f} ± {ib['std'][-1]:.2f} | "
                          f"{np.mean(us['mean']):.2f} | {t['start_heldout']:.3f} → {ha['mean'][-1]:.3f} ± "
-                         f"{ha['std'][-1]:.3f} | {tr['mean'][-1]:.0f} |")
+                         f"{ha['std'][-1]:.3f} | {tr['mean'][-1]:.0f} | {ro['mean'][-1]:.0f} |")
         lines += ["", "| goal | value | target | met |", "| --- | --- | --- | --- |"]
         for g, v in goal_rows[row].items():
             lines.append(f"| {g} | {v['value']} | {v['target']} | {v['met']} |")
@@ -235,7 +256,8 @@ def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], genera
 @click.option("--seeds", type=int, default=None, help="seeds (default 3; --quick: 1)")
 @click.option("--rounds", type=int, default=None, help="rounds R (default 4; --quick: 2)")
 @click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4)")
-@click.option("--arms", default=",".join(ARMS), show_default=True, help="comma-separated subset of the arms")
+@click.option("--arms", default=",".join(ARMS), show_default=True,
+              help=f"comma-separated arms; also {', '.join(LAB_ARMS)} (synthetic row only)")
 @click.option("--generator-steps", type=int, default=300, show_default=True,
               help="bootstrap steps of the tiny arith generator (cached under DATA_DIR/models)")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".bench/closed_loop"),
@@ -260,10 +282,20 @@ def main(quick: bool, seeds: int | None, rounds: int | None, steps_per_round: in
     if steps_per_round:
         settings = replace(settings, steps_per_round=steps_per_round)
     chosen = tuple(a.strip() for a in arms.split(",") if a.strip())
-    unknown = [a for a in chosen if a not in ARMS]
+    unknown = [a for a in chosen if a not in ARMS + LAB_ARMS]
     if unknown:
-        raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS)}")
+        raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS + LAB_ARMS)}")
     kinds = {r.strip() for r in rows.split(",") if r.strip()}
+    if "reasoning_gym" in chosen:
+        from testkit.lab_arms import require_reasoning_gym
+
+        try:
+            require_reasoning_gym()
+        except RuntimeError as exc:
+            raise click.UsageError(str(exc)) from None
+    lab = [a for a in chosen if a in LAB_ARMS]
+    if lab and "lm" in kinds and not quick:
+        raise click.UsageError(f"arm(s) {', '.join(lab)} run on the synthetic row only: pass --rows synthetic")
     if kinds - {"synthetic", "lm"}:
         raise click.UsageError(f"unknown row(s) {', '.join(sorted(kinds - {'synthetic', 'lm'}))}: synthetic, lm")
     n = seeds or (1 if quick else 3)

@@ -127,8 +127,8 @@ def scenario(settings: Settings, pace: float, seed: int, features: dict[str, np.
         sid = solver_versions.qualified_id(solver.solver_id, version)
         drifted = tracker.plan_drift(v, state, settings.batch)  # opens a measurement on a new version
         run_spotcheck(store, domain, solver, batch + drifted, BAND.k, Sampling(), solver_id=sid)
-        harvest_labels(store, batch + drifted, sid, BAND)
-        trainer_acks(store, solver, version, list(zip(ids[start:start + n_acked], fresh[start:start + n_acked],
+        harvest_labels(store, batch + drifted, sid, BAND, run_id=run_id)
+        trainer_acks(store, run_id, solver, version, list(zip(ids[start:start + n_acked], fresh[start:start + n_acked],
                                                       strict=True)), settings.trainer_error_rate, rng)
         tracker.observe_drift(v)
         if v < 2:
@@ -145,7 +145,7 @@ def scenario(settings: Settings, pace: float, seed: int, features: dict[str, np.
     return rows
 
 
-def trainer_acks(store: Store, solver: SyntheticArithSolver, version: str, tasks: list[tuple[int, Task]],
+def trainer_acks(store: Store, run_id: int, solver: SyntheticArithSolver, version: str, tasks: list[tuple[int, Task]],
                  error_rate: float, rng: np.random.Generator) -> None:
     """The trainer's outcomes for ``tasks``: ``BAND.k`` attempts each by the current version, each lost to
     an infrastructure error with probability ``error_rate`` (excluded from the count), acked as labels."""
@@ -160,7 +160,7 @@ def trainer_acks(store: Store, solver: SyntheticArithSolver, version: str, tasks
         outcomes.append(frontier_labels.TrainerOutcome(task_id, solver.solver_id, version, solved, BAND.k, errors,
                                                        {"temperature": 1.0}))
     with store.session() as s:
-        frontier_labels.record_trainer_outcomes(s, outcomes, BAND)
+        frontier_labels.record_trainer_outcomes(s, outcomes, BAND, run_id=run_id)
 
 
 def score_policy(store: Store, run_id: int, solver: str, policy: StalenessPolicy, features: dict[str, np.ndarray],

@@ -366,16 +366,26 @@ class HealthConfig(_Section):
     suspect_min_labels: int = Field(default=10, ge=1, description="labels the verified utility needs before the "
                                     "gap counts")
     suspect_hold_cycles: int = Field(default=5, ge=1, description="cycles the probes stay suspect after the last "
-                                     "signal tripped (no flapping); meanwhile only verified tasks are emitted")
+                                     "signal tripped (no flapping); meanwhile suspect_response applies")
+    suspect_baseline_cycles: int = Field(default=5, ge=1, description="sampled cycles summed into the topic "
+                                         "baseline the JS divergence is measured against (started again when the "
+                                         "probes change)")
+    suspect_response: Literal["tighten", "verified_only"] = Field(
+        default="tighten", description="emission while the probes are suspect: 'tighten' keeps emitting with the "
+        "probability threshold raised by suspect_raise; 'verified_only' emits spot-check-verified tasks only (the "
+        "long run measured it starving supply: ~0.3 tasks/cycle)")
+    suspect_raise: float = Field(default=0.1, ge=0, le=1, description="'tighten': added to "
+                                 "emission.min_probability while the probes are suspect")
     rollback_validity: float = Field(default=0.3, ge=0, le=1, description="roll the generator back to its last "
                                      "healthy checkpoint when sample validity stays below this (0: never)")
     rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
     escalate_after_cycles: int = Field(default=20, ge=0, description="a mitigation an alert applied whose metric "
                                        "is not back past the rule's threshold after this many cycles escalates: to a "
                                        "generator rollback, then to pausing emission until it is (0: never)")
-    healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity and "
-                                    "trusted probes marks its generator checkpoint healthy (kept from pruning: the "
-                                    "rollback target)")
+    healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity "
+                                    "marks its generator checkpoint healthy (kept from pruning: the rollback target)")
+    max_paused_cycles: int = Field(default=30, ge=0, description="an emission pause an escalation set ends after "
+                                   "this many cycles, with a warning and an alert (0: never)")
 
 
 class DaemonConfig(_Section):

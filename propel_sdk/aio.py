@@ -7,45 +7,58 @@
 Same methods, same semantics (schema check, retries, at-least-once delivery; see
 :mod:`propel_sdk.client`): every operation is the shared flow of :mod:`propel_sdk.protocol`, only
 sent with ``await``. ``iterate`` renews outstanding leases in a background asyncio task.
+
+:class:`AsyncTaskStream` is the asyncio twin of :class:`propel_sdk.torch_data.TaskStream` (without
+torch): the same :class:`~propel_sdk.ledger.Ledger` rules for reports, batched acks, renewal of
+reported tasks, refusals and close.
+
+    async with AsyncTaskStream(client, solver="my-policy", version="step-0") as stream:
+        async for task in stream:
+            await stream.report(task.id, solved=await solve(task), n=8)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
+from propel_sdk.ledger import CloseSummary, Ledger, Refusal
 from propel_sdk.protocol import (
     FLOW_ERRORS,
     JSON_HEADERS,
     Ack,
-    Call,
+    ClientBase,
     Flow,
     LeasedTask,
     Operations,
+    Outcome,
     PropelClientError,
     Retry,
+    Sleep,
     T,
     decode,
     describe,
     loads,
     log,
+    steps,
+    transient,
 )
 
-__all__ = ["AsyncPropelClient"]
+__all__ = ["AsyncPropelClient", "AsyncTaskStream", "CloseSummary", "Refusal"]
 
 
-class AsyncPropelClient:
+class AsyncPropelClient(ClientBase):
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0, *,
                  max_retries: int = Retry.max_retries, backoff_s: float = Retry.backoff_s,
                  max_backoff_s: float = Retry.max_backoff_s) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.retry = Retry(max_retries, backoff_s, max_backoff_s)
-        self._ops = Operations()
+        self._http: httpx.AsyncClient = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        super().__init__(self._http, token, Retry(max_retries, backoff_s, max_backoff_s))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -56,35 +69,28 @@ class AsyncPropelClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _send(self, call: Call) -> dict[str, Any]:
-        attempt = 0
-        while True:
-            try:
-                return decode(await self._http.request(
-                    call.method, call.path, content=call.content(), params=call.params,
-                    headers=JSON_HEADERS if call.body is not None else None))
-            except (httpx.TransportError, PropelClientError) as err:
-                if not self.retry.should_retry(attempt, err):
-                    raise
-                wait = self.retry.wait_s(attempt)
-                self.retry.log(call, f"{self._http.base_url}{call.path}", attempt, err, wait)
-                await asyncio.sleep(wait)
-                attempt += 1
-
-    async def _run(self, flow: Flow[T]) -> T:
-        """:func:`propel_sdk.protocol.drive`, awaiting each call."""
+    async def run(self, flow: Flow[T]) -> T:
+        """:func:`propel_sdk.protocol.drive` with ``await``: the same steps (calls, retry waits) of the same core."""
+        machine = steps(flow, self.retry, str(self._http.base_url))
         try:
-            call = next(flow)
+            step = next(machine)
             while True:
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = machine.send(None)
+                    continue
                 try:
-                    answer = await self._send(call)
+                    outcome: Outcome = decode(await self._http.request(
+                        step.method, step.path, content=step.content(), params=step.params,
+                        headers=JSON_HEADERS if step.body is not None else None))
                 except FLOW_ERRORS as err:
-                    call = flow.throw(err)
-                else:
-                    call = flow.send(answer)
+                    outcome = err
+                step = machine.send(outcome)
         except StopIteration as stop:
             result: T = stop.value
             return result
+
+    _run = run
 
     async def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client", *,
                     domains: Mapping[str, float] | None = None, topics: Mapping[str, float] | None = None,
@@ -106,8 +112,9 @@ class AsyncPropelClient:
         """See :meth:`propel_sdk.client.PropelClient.ack_many`."""
         return await self._run(self._ops.ack_many(outcomes))
 
-    async def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
-        return await self._run(self._ops.nack(task, lease_token))
+    async def nack(self, task: LeasedTask | int, lease_token: str | None = None, *, tried: bool = True) -> str:
+        """See :meth:`propel_sdk.client.PropelClient.nack`."""
+        return await self._run(self._ops.nack(task, lease_token, tried=tried))
 
     async def renew(self, task: LeasedTask | int, lease_s: float = 600, lease_token: str | None = None) -> None:
         await self._run(self._ops.renew(task, lease_s, lease_token))
@@ -154,5 +161,91 @@ class AsyncPropelClient:
             await asyncio.sleep(lease_s / 3)
             try:
                 await self._run(self._ops.renew_outstanding())
-            except (PropelClientError, httpx.TransportError) as err:
+            except FLOW_ERRORS as err:
                 log.warning("propel API: renewing leases failed (%s); next try in %.0f s", describe(err), lease_s / 3)
+
+
+class AsyncTaskStream:
+    """Leased tasks one by one (``async for``); :meth:`report` queues an outcome, acked ``ack_every`` at a
+    time; :meth:`close` flushes and nacks the rest (read-ahead with ``tried=False``). The iteration
+    ends when a lease finds the queue empty (or after ``max_tasks``)."""
+
+    def __init__(self, client: AsyncPropelClient, *, solver: str, version: str | int | None = None, batch: int = 16,
+                 lease_s: float = 600.0, consumer: str = "async-trainer", ack_every: int = 16,
+                 max_tasks: int | None = None, selection: Mapping[str, Any] | None = None,
+                 poll_s: float = 1.0, idle_timeout_s: float = 0.0,
+                 on_refused: Callable[[Refusal], None] | None = None) -> None:
+        if batch < 1 or ack_every < 1:
+            raise ValueError("batch and ack_every must be ≥ 1")
+        self.client, self.batch, self.consumer, self.max_tasks = client, batch, consumer, max_tasks
+        self.selection, self.poll_s, self.idle_timeout_s = dict(selection or {}), poll_s, idle_timeout_s
+        self.ledger = Ledger(client.operations, solver, version, lease_s=lease_s, ack_every=ack_every,
+                             on_refused=on_refused)
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def __aiter__(self) -> AsyncIterator[LeasedTask]:
+        """Tasks in lease order; an empty queue (or an unreachable API) is polled every ``poll_s`` until
+        ``idle_timeout_s`` passed without a task (0: the first empty lease ends the iteration)."""
+        if self._renewer is None:
+            self._renewer = asyncio.create_task(self._renew_loop())
+        idle_since = time.monotonic()
+        while True:
+            task = self.ledger.next_task()
+            if task is not None:
+                idle_since = time.monotonic()
+                yield task
+                continue
+            room = self.batch if self.max_tasks is None else min(self.batch, self.max_tasks - self.ledger.leased)
+            if room <= 0:
+                return
+            try:
+                if await self.client.run(self.ledger.lease(room, self.consumer, self.selection)):
+                    continue
+            except FLOW_ERRORS as err:
+                if not transient(err):
+                    raise
+                log.warning("lease failed (%s): retrying in %.1f s", describe(err), self.poll_s)
+            if time.monotonic() - idle_since >= self.idle_timeout_s:
+                return
+            await asyncio.sleep(self.poll_s)
+
+    def message(self, task_id: int) -> dict[str, Any]:
+        """See :meth:`propel_sdk.torch_data.TaskStream.message`."""
+        return self.ledger.message(task_id)
+
+    def set_version(self, version: str | int | None) -> None:
+        self.ledger.version = version
+
+    async def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
+        """See :meth:`propel_sdk.torch_data.TaskStream.report` (flushes when ``ack_every`` are pending;
+        the outcome is recorded before that flush, so a 401 it raises loses nothing)."""
+        if not self.ledger.report(task_id, solved, n, errors):
+            return False
+        if self.ledger.due:
+            await self.flush()
+        return True
+
+    async def flush(self) -> bool:
+        return await self.client.run(self.ledger.flush())
+
+    async def close(self, flush_attempts: int = 3) -> CloseSummary:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        return await self.client.run(self.ledger.close(flush_attempts))
+
+    async def __aenter__(self) -> AsyncTaskStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ledger.lease_s / 3)
+            try:
+                await self.client.run(self.ledger.renew())
+            except FLOW_ERRORS as err:
+                level = logging.WARNING if transient(err) else logging.ERROR
+                log.log(level, "renewing leases failed (%s): every task and report is kept", describe(err))

@@ -14,11 +14,12 @@ leases of tasks it handed out and that are not yet acked or nacked, in a backgro
 
 Schema check: every leased message's ``schema_version`` is checked; an unknown one raises
 :class:`~propel_sdk.schema.SchemaVersionError` ("… newer than this SDK …: upgrade propel-curriculum")
-after the whole batch was given back (nacked), so no task stays leased by a trainer that cannot
-read it (each nack spends one delivery attempt, as the lease's expiry would).
+after the whole batch was given back (nacked with ``tried=False``: never handed to the trainer, so the
+server gives the delivery attempt back), so no task stays leased by a trainer that cannot read it.
 
 Retries: a connection error, a timeout or a 502/503/504 (the daemon restarting) is retried with
-exponential backoff (:class:`~propel_sdk.protocol.Retry`: ``max_retries``, ``backoff_s``,
+exponential backoff (a 500 twice only: it may be a request the server can never store)
+(:class:`~propel_sdk.protocol.Retry`: ``max_retries``, ``backoff_s``,
 ``max_backoff_s``), logging one WARNING per retry on the ``propel_sdk`` logger with the URL, the
 error and the wait; other refusals raise :class:`PropelClientError` at once. Retrying is safe:
 ``ack``/``ack_many`` are idempotent on the server (a retried ack whose first try landed answers
@@ -38,9 +39,11 @@ from typing import Any
 import httpx
 
 from propel_sdk.protocol import (
+    FLOW_ERRORS,
     JSON_HEADERS,
     Ack,
     Call,
+    ClientBase,
     Flow,
     LeasedTask,
     Operations,
@@ -58,16 +61,14 @@ from propel_sdk.protocol import (
 __all__ = ["Ack", "LeasedTask", "PropelClient", "PropelClientError", "Retry", "ack_body"]
 
 
-class PropelClient:
+class PropelClient(ClientBase):
     """Sync client (``httpx.Client``); :class:`propel_sdk.aio.AsyncPropelClient` is the asyncio twin."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0, *,
                  max_retries: int = Retry.max_retries, backoff_s: float = Retry.backoff_s,
                  max_backoff_s: float = Retry.max_backoff_s) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.retry = Retry(max_retries, backoff_s, max_backoff_s)
-        self._ops = Operations()
+        self._http: httpx.Client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        super().__init__(self._http, token, Retry(max_retries, backoff_s, max_backoff_s))
 
     def close(self) -> None:
         self._http.close()
@@ -79,21 +80,14 @@ class PropelClient:
         self.close()
 
     def _send(self, call: Call) -> dict[str, Any]:
-        attempt = 0
-        while True:
-            try:
-                return decode(self._http.request(call.method, call.path, content=call.content(), params=call.params,
-                                                 headers=JSON_HEADERS if call.body is not None else None))
-            except (httpx.TransportError, PropelClientError) as err:
-                if not self.retry.should_retry(attempt, err):
-                    raise
-                wait = self.retry.wait_s(attempt)
-                self.retry.log(call, f"{self._http.base_url}{call.path}", attempt, err, wait)
-                time.sleep(wait)
-                attempt += 1
+        return decode(self._http.request(call.method, call.path, content=call.content(), params=call.params,
+                                         headers=JSON_HEADERS if call.body is not None else None))
 
-    def _run(self, flow: Flow[T]) -> T:
-        return drive(flow, self._send)
+    def run(self, flow: Flow[T]) -> T:
+        """Run a flow of :mod:`propel_sdk.protocol` (or :mod:`propel_sdk.ledger`) with this client's retries."""
+        return drive(flow, self._send, self.retry, time.sleep, str(self._http.base_url))
+
+    _run = run
 
     def lease(self, n: int = 1, lease_s: float = 600, consumer: str = "python-client", *,
               domains: Mapping[str, float] | None = None, topics: Mapping[str, float] | None = None,
@@ -117,13 +111,15 @@ class PropelClient:
                                        sampling=sampling))
 
     def ack_many(self, outcomes: Sequence[Ack]) -> dict[int, str]:
-        """Ack many outcomes in one request (up to 1000); a status per task id, never an exception for
+        """Ack many outcomes (more than 1,000 go in several requests); a status per task id, never an exception for
         a refused item (``lease_lost``, ``not_leased``, ``not_found`` are statuses here)."""
         return self._run(self._ops.ack_many(outcomes))
 
-    def nack(self, task: LeasedTask | int, lease_token: str | None = None) -> str:
-        """Give a leased task back now (``returned``); it is dead-lettered once its attempts are spent."""
-        return self._run(self._ops.nack(task, lease_token))
+    def nack(self, task: LeasedTask | int, lease_token: str | None = None, *, tried: bool = True) -> str:
+        """Give a leased task back now (``returned``); it is dead-lettered once its attempts are spent.
+        ``tried=False`` says the trainer never worked on it: the server gives the delivery attempt back
+        (a server without that rule yet ignores it and the nack costs one attempt, as an expiry would)."""
+        return self._run(self._ops.nack(task, lease_token, tried=tried))
 
     def renew(self, task: LeasedTask | int, lease_s: float = 600, lease_token: str | None = None) -> None:
         """Extend the lease to ``lease_s`` seconds from now; 409 when it was lost."""
@@ -174,5 +170,5 @@ class PropelClient:
         while not stop.wait(lease_s / 3):
             try:
                 self._run(self._ops.renew_outstanding())
-            except (PropelClientError, httpx.TransportError) as err:
+            except FLOW_ERRORS as err:
                 log.warning("propel API: renewing leases failed (%s); next try in %.0f s", describe(err), lease_s / 3)

@@ -11,18 +11,32 @@ With TRL's ``GRPOTrainer`` pass ``stream.hf_dataset()`` (a ``datasets.IterableDa
 train dataset, with ``max_steps`` set and ``shuffle_dataset=False`` (TRL's shuffle buffer would
 lease about a thousand tasks ahead); call :meth:`TaskStream.report` from the reward function.
 
-Semantics
+Semantics (the rules are :class:`propel_sdk.ledger.Ledger`'s, shared with the async stream)
     * Tasks are leased ``batch`` at a time, when the rows already leased are used up; an empty queue
       is polled every ``poll_s`` (``idle_timeout_s``: stop after that long without a task).
-    * Leases of tasks handed out and not yet reported are renewed every ``lease_s / 3`` in a
-      background thread. A lease the server refuses to renew (it expired and another consumer got
-      the task) is dropped: a later report of that task is ignored.
+    * Every lease the stream holds is renewed every ``lease_s / 3`` in a background thread: rows read
+      ahead, rows handed out, and **reported tasks until their ack is stored**. A renew answered
+      ``lease_lost`` twice in a row stops renewing that task; its report is still sent and the
+      server's answer decides. A renew refused for another reason (401 after a token rotation) keeps
+      every task and report, logs an ERROR and sets :attr:`TaskStream.renew_error`; fix the token
+      with ``client.set_token(...)``.
     * :meth:`report` acks each task **once**, as ``solver`` at the stream's current ``version``
       (:meth:`set_version` after announcing a checkpoint). Acks go in batches of ``ack_every``
-      through ``ack_many``; a batch that cannot be sent (daemon restarting) is kept and retried.
-    * :meth:`close` sends the pending acks and **nacks every task that was leased but not reported**
-      (rows a data loader read ahead, a run stopped with Ctrl-C): they go back to the queue at once,
-      without waiting for their lease to expire. Use the stream as a context manager to be sure.
+      (at most 1,000 per request). An outcome leaves the pending list only when the server answered
+      for it: unreachable -> kept and retried at the next flush; **refused** (``lease_lost``, a 422
+      such as ``solved + errors > n`` or an unannounced version, a 500 on that outcome alone) -> that
+      outcome alone becomes a :class:`~propel_sdk.ledger.Refusal` naming the task, in
+      :attr:`TaskStream.refused` (and ``on_refused(refusal)`` when given, and a WARNING); the others
+      are stored. After ``invalid`` / ``server_error`` the stream still holds the task: report it
+      again, or :meth:`close` nacks it.
+    * :meth:`message` answers from the lease until the task is nacked, and after a report for the
+      last ``keep_messages`` reported tasks (a second reward function may grade after the first
+      reported).
+    * :meth:`close` sends the pending acks and **nacks every task that was leased but not reported**:
+      rows handed out and never reported (a run stopped with Ctrl-C) as *tried* (a delivery attempt
+      spent, as a lease expiry would), rows read ahead and never handed out with ``tried=false`` (the
+      server gives the attempt back). Use the stream as a context manager to be sure. It returns a
+      :class:`~propel_sdk.ledger.CloseSummary` (stored, refused, unsent, nacked).
     * Iterate in the process that reports: a data loader with worker processes would lease in the
       workers, where reports never arrive (``num_workers=0``; TRL enforces it for iterable sets).
 
@@ -36,14 +50,15 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
 import torch.utils.data
 
-from propel_sdk.client import Ack, LeasedTask, PropelClient, PropelClientError
+from propel_sdk.client import LeasedTask, PropelClient, PropelClientError
+from propel_sdk.ledger import CloseSummary, Ledger, Refusal
+from propel_sdk.protocol import Flow, T, describe, transient
 
 log = logging.getLogger("propel_sdk.torch_data")
 
@@ -56,32 +71,24 @@ def default_row(task: LeasedTask) -> Row:
     return {"prompt": task.message["solver_prompt"], "task_id": task.id, "domain": task.message.get("domain", "")}
 
 
-def _transient(err: Exception) -> bool:
-    """A failure worth retrying: the daemon is unreachable or restarting."""
-    return isinstance(err, httpx.TransportError) or (isinstance(err, PropelClientError) and err.status >= 500)
-
-
 class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
     """Leased tasks as rows; :meth:`report` acks an outcome; :meth:`close` nacks the unreported rest."""
 
     def __init__(self, client: PropelClient, *, solver: str, version: str | int | None = None,
                  batch: int = 16, lease_s: float = 600.0, consumer: str = "torch-trainer", ack_every: int = 16,
                  poll_s: float = 1.0, idle_timeout_s: float | None = None, max_tasks: int | None = None,
-                 row: Callable[[LeasedTask], Row] = default_row, selection: Mapping[str, Any] | None = None) -> None:
+                 row: Callable[[LeasedTask], Row] = default_row, selection: Mapping[str, Any] | None = None,
+                 on_refused: Callable[[Refusal], None] | None = None, keep_messages: int = 4096) -> None:
         super().__init__()
         if batch < 1 or ack_every < 1:
             raise ValueError("batch and ack_every must be ≥ 1")
-        self.client, self.solver, self.version = client, solver, version
-        self.batch, self.lease_s, self.consumer, self.ack_every = batch, lease_s, consumer, ack_every
+        self.client, self.batch, self.consumer = client, batch, consumer
         self.poll_s, self.idle_timeout_s, self.max_tasks = poll_s, idle_timeout_s, max_tasks
         self.row, self.selection = row, dict(selection or {})
-        self._held: dict[int, LeasedTask] = {}  # leased, not yet reported
-        self._pending: list[Ack] = []  # reported, not yet sent
-        self._lock = threading.Lock()
+        self.ledger = Ledger(client.operations, solver, version, lease_s=lease_s, ack_every=ack_every,
+                             keep_messages=keep_messages, on_refused=on_refused)
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self.leased = self.acked = self.nacked = 0
-        self.statuses: dict[str, int] = {}  # ack status → count (acked, late, already_acked, lease_lost …)
         self._key = next(_KEYS)
         _LIVE[self._key] = self
 
@@ -90,46 +97,57 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         # to the live object (it holds locks and a connection pool), valid in this process only.
         return _live_stream, (self._key,)
 
+    def _run(self, flow: Flow[T]) -> T:
+        return self.client.run(flow)
+
+    # ---- counters (the ledger's) -------------------------------------------------------------------
+    solver = property(lambda self: self.ledger.solver)
+    version = property(lambda self: self.ledger.version)
+    lease_s = property(lambda self: self.ledger.lease_s)
+    ack_every = property(lambda self: self.ledger.ack_every)
+    leased = property(lambda self: self.ledger.leased, doc="tasks leased so far")
+    acked = property(lambda self: self.ledger.acked, doc="outcomes stored as acked or late")
+    nacked = property(lambda self: self.ledger.nacked, doc="tasks given back by close")
+    statuses = property(lambda self: self.ledger.statuses, doc="ack answer -> count")
+    refused = property(lambda self: self.ledger.refused, doc="outcomes refused (Refusal, naming the task)")
+    renew_error = property(lambda self: self.ledger.renew_error, doc="the last non-transient renew refusal")
+
     # ---- reading -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Row]:
         if torch.utils.data.get_worker_info() is not None:
             raise RuntimeError("TaskStream must be read in the training process (DataLoader num_workers=0): "
                                "reports of tasks leased in a worker process never reach it")
         self._start_renewer()
-        buffer: deque[LeasedTask] = deque()
         idle_since = time.monotonic()
         while not self._stop.is_set():
-            if self.max_tasks is not None and self.leased >= self.max_tasks and not buffer:
-                return
-            if not buffer:
-                buffer.extend(self._lease())
-            if buffer:
+            task = self.ledger.next_task()
+            if task is not None:
                 idle_since = time.monotonic()
-                yield self.row(buffer.popleft())
+                yield self.row(task)
+                continue
+            if self.max_tasks is not None and self.ledger.leased >= self.max_tasks:
+                return
+            if self._lease():
                 continue
             if self.idle_timeout_s is not None and time.monotonic() - idle_since >= self.idle_timeout_s:
                 log.info("no task for %.0f s: the stream ends", self.idle_timeout_s)
                 return
             self._stop.wait(self.poll_s)
 
-    def _lease(self) -> list[LeasedTask]:
-        n = self.batch if self.max_tasks is None else min(self.batch, self.max_tasks - self.leased)
+    def _lease(self) -> int:
+        n = self.batch if self.max_tasks is None else min(self.batch, self.max_tasks - self.ledger.leased)
         try:
-            tasks = self.client.lease(n, self.lease_s, self.consumer, **self.selection)
+            return self._run(self.ledger.lease(n, self.consumer, self.selection))
         except (httpx.TransportError, PropelClientError) as err:
-            if not _transient(err):
+            if not transient(err):
                 raise
-            log.warning("lease failed (%s): retrying in %.0f s", err, self.poll_s)
-            return []
-        with self._lock:
-            self._held.update((t.id, t) for t in tasks)
-            self.leased += len(tasks)
-        return tasks
+            log.warning("lease failed (%s): retrying in %.0f s", describe(err), self.poll_s)
+            return 0
 
     def message(self, task_id: int) -> dict[str, Any]:
-        """The leased task's message (``solver_prompt``, ``grading`` …) until it is reported."""
-        with self._lock:
-            return self._held[task_id].message
+        """The task's message (``solver_prompt``, ``grading`` …): while leased, reported, and for the last
+        ``keep_messages`` reported tasks after their ack; a ``KeyError`` naming the task otherwise."""
+        return self.ledger.message(task_id)
 
     def hf_dataset(self) -> Any:
         """This stream as a ``datasets.IterableDataset`` (what TRL's trainers take)."""
@@ -139,66 +157,42 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     # ---- reporting -----------------------------------------------------------------------------
     def set_version(self, version: str | int | None) -> None:
-        """Outcomes reported from now on are acked as made by ``version`` (announce it first)."""
-        self.version = version
+        """Outcomes reported from now on are acked as made by ``version`` (announce it first: a version
+        string with no step number that was never announced is refused, each outcome as a Refusal)."""
+        self.ledger.version = version
 
     def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
         """Record ``solved`` of ``n`` attempts (``errors`` lost to infrastructure) for a leased task; acked
-        in the next batch. ``False`` when the task is not held (already reported, or its lease was lost)."""
-        with self._lock:
-            task = self._held.pop(task_id, None)
-            if task is None:
-                return False
-            self._pending.append(Ack(task, solved=solved, n=n, solver=self.solver, errors=errors,
-                                     version=self.version))
-            due = len(self._pending) >= self.ack_every
-        if due:
+        in the next batch. ``False`` when the stream does not hold the task (already reported, or never
+        leased by it). A refused outcome shows up in :attr:`refused`, naming the task. The outcome is
+        recorded before a due flush runs: a 401 that flush raises loses nothing (set the new token)."""
+        if not self.ledger.report(task_id, solved, n, errors):
+            return False
+        if self.ledger.due:
             self.flush()
         return True
 
     def flush(self) -> bool:
-        """Send the pending acks now; ``False`` (and they stay pending) when the daemon is unreachable."""
-        with self._lock:
-            batch, self._pending = self._pending, []
-        if not batch:
-            return True
-        try:
-            statuses = self.client.ack_many(batch)
-        except (httpx.TransportError, PropelClientError) as err:
-            if not _transient(err):
-                raise
-            log.warning("ack of %d outcomes failed (%s): kept for the next flush", len(batch), err)
-            with self._lock:
-                self._pending = batch + self._pending
-            return False
-        for status in statuses.values():
-            self.statuses[status] = self.statuses.get(status, 0) + 1
-        self.acked += sum(1 for s in statuses.values() if s in ("acked", "late"))
-        return True
+        """Send the pending acks now; ``False`` (and they stay pending) when the daemon is unreachable.
+        A 401/403 raises :class:`PropelClientError`; the outcomes stay pending."""
+        return self._run(self.ledger.flush())
+
+    def take_refused(self) -> list[Refusal]:
+        """The refused outcomes since the last call (each names its task)."""
+        return self.ledger.take_refused()
 
     @property
     def unreported(self) -> int:
-        with self._lock:
-            return len(self._held)
+        """Tasks leased and not reported (read ahead or handed out)."""
+        return len(self.ledger.held)
 
     # ---- shutdown ------------------------------------------------------------------------------
-    def close(self, flush_attempts: int = 3) -> None:
+    def close(self, flush_attempts: int = 3) -> CloseSummary:
         """Stop renewing, send pending acks (``flush_attempts`` tries), nack every unreported task."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
-        for attempt in range(flush_attempts):
-            if self.flush():
-                break
-            time.sleep(min(2.0 ** attempt, 5.0))
-        with self._lock:
-            held, self._held = list(self._held.values()), {}
-        for task in held:
-            try:
-                self.client.nack(task)
-                self.nacked += 1
-            except (httpx.TransportError, PropelClientError) as err:
-                log.warning("nack of task %d failed (%s): it returns when its lease expires", task.id, err)
+        return self._run(self.ledger.close(flush_attempts))
 
     def __enter__(self) -> TaskStream:
         return self
@@ -212,17 +206,13 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
             self._renewer.start()
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            with self._lock:
-                held = list(self._held.values())
-            for task in held:
-                try:
-                    self.client.renew(task, self.lease_s)
-                except (httpx.TransportError, PropelClientError) as err:
-                    if _transient(err):
-                        continue
-                    with self._lock:  # lease lost or task gone: a later report is ignored
-                        self._held.pop(task.id, None)
+        while not self._stop.wait(self.ledger.lease_s / 3):
+            try:
+                self._run(self.ledger.renew())
+            except (httpx.TransportError, PropelClientError) as err:
+                level = logging.WARNING if transient(err) else logging.ERROR
+                log.log(level, "renewing leases failed (%s): every task and report is kept; next try in %.0f s",
+                        describe(err), self.ledger.lease_s / 3)
 
 
 _KEYS = itertools.count()

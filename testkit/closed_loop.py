@@ -35,7 +35,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -59,6 +59,7 @@ from testkit.configs import write_config
 from testkit.servers import free_port
 
 ARMS = ("continuous", "static", "base", "corpus")
+LAB_ARMS = ("reasoning_gym", "filter")  # what a lab would use instead (testkit/closed_loop_lab.py); opt-in
 DAEMON_ARMS = ("continuous", "static")
 SOLVER_NAME = "arith-solver"  # what the trainer acks and announces under
 FROZEN_NAME = "arith-solver-frozen"  # the static daemon's spot-check solver name: the trainer never announces it
@@ -84,6 +85,7 @@ class LoopSettings:
     lease_timeout_s: float = 900.0  # a trainer step waits this long for a batch, then the arm fails
     max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
     daemon_extra: str = ""  # extra daemon config TOML (appended)
+    filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
 
 
 @dataclass
@@ -99,6 +101,9 @@ class RoundRecord:
     wall_s: float
     heldout_accuracy: float | None = None  # of the checkpoint at the end of the round
     in_band: float | None = None  # measured later, k attempts by ``version``
+    rollouts: int = 0  # trainer rollouts on the groups it trained on, cumulative
+    filter_rollouts: int = 0  # filter arm: rollouts of groups it dropped, cumulative
+    level: int | None = None  # reasoning_gym arm: its curriculum's level at the end of the round
 
 
 @dataclass
@@ -149,14 +154,22 @@ class SyntheticLearner:
         self.domain = ArithDomain()
 
     def train_step(self, tasks: Sequence[Task]) -> list[int]:
+        solved = self.rollout(tasks)
+        self.learn(solved)
+        return solved
+
+    def rollout(self, tasks: Sequence[Task]) -> list[int]:
+        """The current policy's group of ``group`` attempts per task: solves per task (no update)."""
         solver = SyntheticArithSolver(offset=self.skill, seed=self.seed)
         comps = solver.generate([self.domain.solver_prompt(t) for t in tasks], self.s.group,
                                 Sampling(seed=self.seed * 100_003 + self.steps))
-        solved = [sum(grade_outcome(self.domain, t, c.text) == "pass" for c in row)
-                  for t, row in zip(tasks, comps, strict=True)]
+        return [sum(grade_outcome(self.domain, t, c.text) == "pass" for c in row)
+                for t, row in zip(tasks, comps, strict=True)]
+
+    def learn(self, solved: Sequence[int]) -> None:
+        """One update on rolled-out groups: only groups of non-zero reward variance teach."""
         self.skill += self.s.skill_per_useful_group * sum(0 < n < self.s.group for n in solved)
         self.steps += 1
-        return solved
 
     def checkpoint(self, version: str) -> None:
         self.skills[version] = self.skill
@@ -222,6 +235,7 @@ class ArmServer:
     proc: subprocess.Popen[bytes]
     log: Path
     run: str
+    config: Path | None = None
 
     def trials(self) -> int:
         """Solver trials the daemon has spent (every solver name it recorded)."""
@@ -274,8 +288,9 @@ def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
 
 @contextmanager
 def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, seed: int,
-              solver_toml: str) -> Iterator[ArmServer]:
-    """Start the arm's server: ``propel run`` (daemon arms) or import + ``propel serve`` (baselines)."""
+              solver_toml: str, tasks: Sequence[Task] | None = None) -> Iterator[ArmServer]:
+    """Start the arm's server: ``propel run`` (daemon arms) or import + ``propel serve`` (the others;
+    ``tasks``: what to import instead of the base/corpus draw)."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), f"cl-{arm}"
     extra = daemon_extra(arm, settings, solver_toml)
@@ -286,13 +301,14 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
         proc = propel(cfg, "run", log=log, wait=False)
     else:
         n = 2 * settings.rounds * settings.steps_per_round * settings.batch  # the trainer may read ahead
-        tasks = (base_tasks(generator, n, seed, settings.max_ops) if arm == "base"
-                 else corpus_tasks(n, seed, settings.max_ops))
+        if tasks is None:
+            tasks = (base_tasks(generator, n, seed, settings.max_ops) if arm == "base"
+                     else corpus_tasks(n, seed, settings.max_ops))
         (workdir / "tasks.jsonl").write_text(task_records(tasks, arm, run))
         propel(cfg, "db", "upgrade", log=log)
         propel(cfg, "tasks", "import", str(workdir / "tasks.jsonl"), "--create-run", log=log)
         proc = propel(cfg, "serve", log=log, wait=False)
-    server = ArmServer(f"http://127.0.0.1:{port}", db_url, proc, log, run)
+    server = ArmServer(f"http://127.0.0.1:{port}", db_url, proc, log, run, cfg)
     try:
         yield server
     finally:
@@ -339,34 +355,61 @@ def wait_cycles(server: ArmServer, cycles: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+@dataclass
+class StepOutcome:
+    """One trainer step: the tasks it trained on, their solves of ``group``, what else it cost."""
+
+    tasks: list[Task]
+    solved: list[int]
+    filter_rollouts: int = 0  # rollouts of groups rolled out and then dropped (the filter arm)
+    level: int | None = None  # the reasoning_gym arm's curriculum level after the step
+
+
+Stepper = Callable[[PropelClient, str], StepOutcome]
+
+
+def plain_step(learner: Learner, server: ArmServer, settings: LoopSettings) -> Stepper:
+    """Lease a batch, train on every task of it, ack every outcome as ``version``."""
+    def step(client: PropelClient, version: str) -> StepOutcome:
+        leased = lease_batch(client, server, settings.batch, settings.lease_timeout_s)
+        tasks = [task_of(t.message["grading"]) for t in leased]
+        solved = learner.train_step(tasks)
+        client.ack_many([Ack(t, solved=n, n=settings.group, solver=SOLVER_NAME, version=version or None)
+                         for t, n in zip(leased, solved, strict=True)])
+        return StepOutcome(tasks, solved)
+    return step
+
+
 def run_arm(arm: str, learner: Learner, server: ArmServer, settings: LoopSettings, seed: int,
-            log: Any = print) -> ArmResult:
-    """R rounds of S trainer steps on the arm's served tasks; announce a checkpoint after each round."""
+            log: Any = print, step: Stepper | None = None) -> ArmResult:
+    """R rounds of S trainer steps on the arm's served tasks; announce a checkpoint after each round.
+    ``step``: how one trainer step gets its tasks (default :func:`plain_step`)."""
+    step = step or plain_step(learner, server, settings)
     result = ArmResult(arm, seed, heldout_accuracy(learner.solver_at(""), settings, seed))
-    started = time.monotonic()
+    started, rollouts, dropped, level = time.monotonic(), 0, 0, None
     with PropelClient(server.url, timeout_s=60) as client:
         for r in range(settings.rounds):
             if arm in DAEMON_ARMS:  # the trainer is slower than the daemon: it cycles while the trainer trains
                 wait_cycles(server, (r + 1) * settings.cycles_per_round, settings.lease_timeout_s)
             version, served, groups, useful = learner.version, [], 0, 0
             for _ in range(settings.steps_per_round):
-                leased = lease_batch(client, server, settings.batch, settings.lease_timeout_s)
-                tasks = [task_of(t.message["grading"]) for t in leased]
-                solved = learner.train_step(tasks)
-                client.ack_many([Ack(t, solved=n, n=settings.group, solver=SOLVER_NAME, version=version or None)
-                                 for t, n in zip(leased, solved, strict=True)])
-                served += [t.payload for t in tasks]
-                groups += len(solved)
-                useful += sum(0 < n < settings.group for n in solved)
+                out = step(client, version)
+                served += [t.payload for t in out.tasks]
+                groups += len(out.solved)
+                useful += sum(0 < n < settings.group for n in out.solved)
+                rollouts += settings.group * len(out.solved)
+                dropped, level = dropped + out.filter_rollouts, out.level
             steps = (r + 1) * settings.steps_per_round
             learner.checkpoint(f"step-{steps}")
             client.announce(SOLVER_NAME, learner.version)
             rec = RoundRecord(r, version, steps, served, groups, useful, server.trials(), server.cycle(),
                               time.monotonic() - started,
-                              heldout_accuracy(learner.solver_at(learner.version), settings, seed))
+                              heldout_accuracy(learner.solver_at(learner.version), settings, seed),
+                              rollouts=rollouts, filter_rollouts=dropped, level=level)
             result.rounds.append(rec)
             log(f"[{arm} seed {seed}] round {r}: useful {useful}/{groups}, held-out {rec.heldout_accuracy:.3f}, "
-                f"daemon trials {rec.daemon_trials}, cycle {rec.daemon_cycle}, {rec.wall_s:.0f} s")
+                f"daemon trials {rec.daemon_trials}, cycle {rec.daemon_cycle}, rollouts {rollouts} "
+                f"(+{dropped} dropped), {rec.wall_s:.0f} s")
     return result
 
 

@@ -92,7 +92,7 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
     announces = {int(r["step"]): r for r in records if r["event"] == "announce"}
     signal = {int(r["step"]): r.get("signal_share") for r in records if r["event"] == "progress"}
     result = ArmResult(arm, seed, float(announces[0]["held_out_accuracy"] or 0.0))
-    store = Store(server.db_url)
+    store, rollouts = Store(server.db_url), 0
     try:
         for r in range(settings.rounds):
             start, end = r * settings.steps_per_round, (r + 1) * settings.steps_per_round
@@ -109,9 +109,10 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
             groups = len(served)
             share = signal.get(end)
             useful = round((share or 0.0) * groups)
+            rollouts += groups * settings.group
             result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0,
                                              float(announces[end]["time"]) - float(announces[0]["time"]),
-                                             announces[end]["held_out_accuracy"]))
+                                             announces[end]["held_out_accuracy"], rollouts=rollouts))
     finally:
         store.dispose()
     return result

@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from curriculum.common.solver_api import Sampling
+from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.arith import ArithDomain, complexity, random_expression
 from curriculum.labelling.spotcheck import false_positives, harvest_labels, run_spotcheck
 from curriculum.probing.retrain import RetrainSpec
 from curriculum.solvers import build_solver
-from curriculum.store import lineage, repo
+from curriculum.store import lineage, repo, solver_versions
 from curriculum.store.artifacts import ArtifactStore, open_artifacts
 from curriculum.store.db import Store
 from probes import FrozenReference
@@ -57,7 +57,7 @@ def seed_labelled_run(store: Store, name: str = "rt", n_tasks: int = 60,
         lineage.record_probe_scores(s, ens, [(i, p * 10 - 5, p) for i, p in zip(ids, probs, strict=True)])
     solver = build_solver("synthetic", seed=1)
     run_spotcheck(store, dom, solver, ids, BAND.k, Sampling())
-    labels = harvest_labels(store, ids, solver.solver_id, BAND)
+    labels = harvest_labels(store, ids, solver.solver_id, BAND, run_id=run_id)
     by_id = dict(zip(ids, probs, strict=True))
     fps = false_positives([(t, True, by_id[t], lab) for t, lab in labels.items()], fp_threshold, BAND)
     with store.session() as s:  # what the leader's spot-check phase records
@@ -79,3 +79,25 @@ def spec_for(run_id: int, reference: FrozenReference, name: str = "rt-aux-c0",
         collapse_topic=False, seed=0)
     values.update(overrides)
     return RetrainSpec(**values)  # type: ignore[arg-type]
+
+
+def arith_run(store: Store, n: int, name: str = "rf", seed: int = 5) -> tuple[int, list[int]]:
+    """A run ``name`` with ``n`` distinct valid arith tasks (cycle 0); returns (run id, task ids)."""
+    dom, rng = ArithDomain(), random.Random(seed)
+    new: list[repo.NewTask] = []
+    seen: set[str] = set()
+    while len(new) < n:
+        v = dom.validate_batch([random_expression(rng, rng.randint(1, 9))])[0]
+        if v.valid and v.task.content_hash not in seen:
+            seen.add(v.task.content_hash)
+            new.append(repo.NewTask("arith", v.task.content_hash, v.task.text, True, v.task.payload, cycle=0))
+    with store.session() as s:
+        run_id = repo.get_or_create_run(s, name, "h", {})
+        return run_id, repo.add_tasks(s, run_id, new)
+
+
+def spotcheck_version(store: Store, solver: SolverBackend, ids: list[int], version: str, run_id: int) -> None:
+    """Spot-check ``ids`` (k = ``BAND.k``) as ``version`` of ``solver`` and store run ``run_id``'s labels."""
+    sid = solver_versions.qualified_id(solver.solver_id, version)
+    run_spotcheck(store, ArithDomain(), solver, ids, BAND.k, Sampling(), solver_id=sid)
+    harvest_labels(store, ids, sid, BAND, run_id=run_id)

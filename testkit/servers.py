@@ -160,3 +160,49 @@ class RestartableServer:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+
+
+class ServeProcess:
+    """A real ``propel serve`` process for ``run`` on ``store_url``, with the interface of
+    :class:`RestartableServer`: ``stop()`` kills it (SIGKILL: a crash), ``start()`` spawns a fresh one
+    on the same port with the token ``token()`` gives at that moment (a rotation is a restart)."""
+
+    def __init__(self, run: str, store_url: str, workdir: Path, token: Callable[[], str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token, self.workdir = token, workdir
+        self.config = workdir / f"serve-{run}.toml"
+        self.config.write_text(f'run_name = "{run}"\ndata_dir = "{workdir}"\n[store]\nurl = "{store_url}"\n'
+                               f"pool_size = 4\n[api]\nport = {self.port}\n")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+
+    def _spawn(self, when: threading.Event | None) -> None:
+        if when is not None:
+            when.wait(60)
+        with open(self.workdir / f"{self.config.stem}.log", "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli.main", "--config", str(self.config), "serve"], stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "PROPEL_API_TOKEN": self.token()})
+        wait_http(f"{self.url}/openapi.json", 60, self._proc)
+
+    def start(self, when: threading.Event | None = None) -> None:
+        """Serve now (returns once it answers) or once ``when`` is set (returns at once)."""
+        if when is None:
+            self._spawn(None)
+            return
+        self._thread = threading.Thread(target=self._spawn, args=(when,), daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None or (self._proc is not None and self._proc.poll() is None)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=90)
+            self._thread = None
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=30)
+        self._proc = None

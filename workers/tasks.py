@@ -22,7 +22,9 @@ def spotcheck_task(task_ids: list[int], k: int, solver_id: str | None = None,
 
     ``solver_id`` is the qualified ``name@version`` the leader read from the store when it dispatched
     (the version the endpoint serves now: an announce changes it without restarting anything); the
-    trials are recorded under it. Messages without it (older leaders) use the backend's id.
+    trials are recorded under it. Messages without it (older leaders) use the backend's id. A message whose
+    version was superseded by an announce before (or while) it ran is refused (``refused`` says why): the
+    endpoint serves the newer checkpoint, and the leader sends the check again under that version.
     ``settle`` (``[lo, hi, min_valid_trials]`` of the leader's band; ``spotcheck.sequential``): stop a
     task's attempts once its label is settled. Messages without it run all ``k``.
     """
@@ -31,7 +33,7 @@ def spotcheck_task(task_ids: list[int], k: int, solver_id: str | None = None,
     out = run_spotcheck(res.store, res.domain, res.solver, task_ids, k, res.sampling, solver_id=solver_id,
                         settle=band)
     return {"tasks": out.tasks, "trials_written": out.trials_written, "null_trials": out.null_trials,
-            "settled_early": out.settled_early, "elapsed_s": round(out.elapsed_s, 3)}
+            "settled_early": out.settled_early, "elapsed_s": round(out.elapsed_s, 3), "refused": out.refused}
 
 
 def spotcheck_task_id(task_ids: Sequence[int], k: int, solver_id: str, settle: Sequence[int] | None = None) -> str:

@@ -252,6 +252,16 @@ class ArithDomain:
     def validate_batch(self, completions: list[str]) -> list[Validity]:
         return validate_each(self, completions)
 
+    def mix_features(self, task: Task) -> dict[str, list[str]]:
+        """What a trainer sees of the served mix (``/v1/tasks/stats``): the operator count, the operator
+        kinds the task uses, and the answer's digits (sign excluded); empty for an unparsable task."""
+        try:
+            info = analyse(_strip_prompt(task.text))
+        except ArithError:
+            return {}
+        return {"operators": [str(info.n_ops)], "operator kinds": sorted(k for k, n in info.op_counts.items() if n),
+                "answer digits": [str(len(str(abs(info.value))))]}
+
 
 def random_expression(rng: random.Random, n_ops: int, max_abs_value: int = 10**12) -> str:
     """A random valid expression with exactly ``n_ops`` operators (used for pretraining corpora)."""

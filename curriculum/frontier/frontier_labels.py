@@ -1,6 +1,7 @@
 """Labels across sources and solver versions: trainer outcomes become labels; every reader of labels
 (aux retrain, primary refresh, drift, dashboard) gets them through :func:`usable_labels`, which
-applies the staleness policy (:mod:`curriculum.frontier.staleness`) for one solver name.
+applies the staleness policy (:mod:`curriculum.frontier.staleness`) for one solver name — and one run: a label
+belongs to the run whose spot-check or trainer measured it (another run may replay the same task).
 
 A trainer's ack ``solved`` of ``n`` attempts with ``errors`` infrastructure failures is a label
 with ``valid_trials = n − errors`` (errors are excluded, never counted as failures), ``source =
@@ -48,27 +49,28 @@ class TrainerOutcome:
     sampling: Mapping[str, Any] | None = None
 
 
-def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band) -> list[LabelValue]:
-    """Store trainer outcomes as ``consumer`` labels of ``name@version`` in one multi-row write (the
-    versions must be registered already: see :func:`curriculum.store.solver_versions.register`)."""
+def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band, *,
+                            run_id: int) -> list[LabelValue]:
+    """Store trainer outcomes acked to run ``run_id`` as its ``consumer`` labels of ``name@version`` in one
+    multi-row write (the versions must be registered already: see :func:`curriculum.store.solver_versions.register`)."""
     labs = [trainer_label(o.solved, o.n, o.errors, band) for o in outcomes]
     repo.upsert_labels(sess, [
-        repo.NewLabel(o.task_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n, solved=o.solved,
+        repo.NewLabel(o.task_id, run_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n,
+                      solved=o.solved,
                       valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band, errors=o.errors,
                       sampling=o.sampling)
         for o, lab in zip(outcomes, labs, strict=True)])
     return labs
 
 
-def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
+def label_records(sess: Session, solver_name: str, *, run_id: int,
                   task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[LabelRecord]:
-    """Stored labels of ``solver_name`` (valid tasks of ``run_id`` and/or among ``task_ids``)."""
+    """Run ``run_id``'s stored labels of ``solver_name`` on valid tasks (among ``task_ids``): whichever run
+    created the task, only the labels this run measured."""
     q = (select(Label.task_id, Label.solver_name, Label.solver_version, Label.source, Label.solved,
                 Label.valid_trials, Label.in_band, Label.updated_at)
          .join(TaskRow, TaskRow.id == Label.task_id)
-         .where(Label.solver_name == solver_name, TaskRow.valid))
-    if run_id is not None:
-        q = q.where(TaskRow.run_id == run_id)
+         .where(Label.solver_name == solver_name, Label.run_id == run_id, TaskRow.valid))
     if task_ids is not None:
         q = q.where(Label.task_id.in_(list(task_ids)))
     if sources is not None:
@@ -78,17 +80,17 @@ def label_records(sess: Session, solver_name: str, *, run_id: int | None = None,
 
 
 def labels_written(sess: Session, solver_name: str, run_id: int) -> int:
-    """How many labels of ``solver_name`` (every version and source) valid tasks of ``run_id`` have:
+    """How many labels of ``solver_name`` (every version and source) ``run_id`` wrote on valid tasks:
     a count that only grows (labels are overwritten, never deleted), unlike the usable ones, which
     age out as versions move on. "New labels since the last refresh" is the growth of this count."""
     q = (select(func.count()).select_from(Label).join(TaskRow, TaskRow.id == Label.task_id)
-         .where(Label.solver_name == solver_name, TaskRow.valid, TaskRow.run_id == run_id))
+         .where(Label.solver_name == solver_name, Label.run_id == run_id, TaskRow.valid))
     return int(sess.scalar(q) or 0)
 
 
-def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int | None = None,
+def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int,
                   task_ids: Sequence[int] | None = None, sources: Sequence[str] | None = None) -> list[Weighted]:
-    """The labels of ``solver_name`` that still count under ``policy``
+    """Run ``run_id``'s labels of ``solver_name`` that still count under ``policy``
     (see :func:`curriculum.frontier.staleness.weigh`)."""
     ages = solver_versions.ages(solver_versions.versions(sess, solver_name))
     return weigh(label_records(sess, solver_name, run_id=run_id, task_ids=task_ids, sources=sources),

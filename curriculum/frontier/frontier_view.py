@@ -13,17 +13,20 @@ from sqlalchemy.orm import Session
 
 from curriculum.frontier import drift
 from curriculum.store import repo, solver_versions
-from curriculum.store.models import Label, ProbeRow, QueueItem, TaskRow
+from curriculum.store.models import Label, ProbeRow, QueueItem, SolverVersionRow
 
 
 def _rate(in_band: int, known: int) -> float | None:
     return None if known == 0 else in_band / known
 
 
-def version_rows(sess: Session, run_id: int) -> list[dict[str, Any]]:
-    """One row per (solver name, version) with labels of the run's tasks, newest version first per name."""
+def version_rows(sess: Session, run_id: int | None) -> list[dict[str, Any]]:
+    """One row per (solver name, version) with labels the run wrote (labels are per run: another run
+    replaying a task keeps its own), a drift measurement, or a registration (an announced version without
+    labels yet is listed too), newest version first per name. Registrations are not per run: a store
+    shared by runs lists every run's solver versions."""
     q = (select(Label.solver_name, Label.solver_version, Label.source, Label.in_band, func.count())
-         .join(TaskRow, TaskRow.id == Label.task_id).where(TaskRow.run_id == run_id)
+         .where(Label.run_id == run_id)
          .group_by(Label.solver_name, Label.solver_version, Label.source, Label.in_band))
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for name, version, source, in_band, n in sess.execute(q):
@@ -32,14 +35,15 @@ def version_rows(sess: Session, run_id: int) -> list[dict[str, Any]]:
         if in_band is not None:
             c[f"{source}_known"] = c.get(f"{source}_known", 0) + int(n)
             c[f"{source}_in_band"] = c.get(f"{source}_in_band", 0) + int(bool(in_band)) * int(n)
-    drifts = {(m.solver, m.new_version): m for m in drift.measurements(sess, run_id)}
+    drifts = {} if run_id is None else {(m.solver, m.new_version): m for m in drift.measurements(sess, run_id)}
     rows = []
-    for name in sorted({n for n, _ in counts} | {n for n, _ in drifts}):
+    registered = {(n, v) for n, v in sess.execute(select(SolverVersionRow.solver, SolverVersionRow.version))}
+    for name in sorted({n for n, _ in counts} | {n for n, _ in drifts} | {n for n, _ in registered}):
         known = solver_versions.versions(sess, name)
         ages = solver_versions.ages(known)
         orders = {v.version: v.order for v in known}
         cur = solver_versions.current(sess, name)
-        versions = {v for n, v in counts if n == name} | {v for n, v in drifts if n == name}
+        versions = {v for n, v in (*counts, *drifts, *registered) if n == name}
         for version in sorted(versions, key=lambda v: (orders.get(v) is None, -(orders.get(v) or -1), v)):
             c = counts.get((name, version), {})
             m = drifts.get((name, version))
@@ -71,9 +75,10 @@ def champion(sess: Session, run_id: int) -> dict[str, Any] | None:
 
 
 def frontier_summary(sess: Session, run_id: int | None) -> dict[str, Any]:
-    """Per-version rows, the champion probe and the stale queue count of a run (empty when unknown)."""
-    if run_id is None:
-        return {"versions": [], "champion": None, "stale_tasks": 0}
+    """Per-version rows, the champion probe and the stale queue count of a run (an unknown run: the
+    registered versions, no champion)."""
+    if run_id is None:  # no run yet: the registered (announced) versions only
+        return {"versions": version_rows(sess, None), "champion": None, "stale_tasks": 0}
     stale = int(sess.execute(select(func.count()).select_from(QueueItem).where(
         QueueItem.run_id == run_id, QueueItem.state == "stale")).scalar_one())
     return {"versions": version_rows(sess, run_id), "champion": champion(sess, run_id), "stale_tasks": stale}

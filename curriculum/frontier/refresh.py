@@ -19,6 +19,7 @@ aux probes) and retires ready queue tasks the new probe no longer rates as front
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +34,8 @@ from curriculum.frontier.staleness import StalenessPolicy, freshest_per_task
 from curriculum.store import repo
 from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store
-from curriculum.store.models import QueueItem, RetrainJob, TaskRow
-from probes import FeatureExtractor, FeatureSpec, TrainConfig, evaluate, load_probe, save_probe
+from curriculum.store.models import Label, QueueItem, RetrainJob, TaskRow
+from probes import FeatureExtractor, FeatureSpec, Probe, ProbeEnsemble, TrainConfig, evaluate, load_probe, save_probe
 from probes.band import Band
 from probes.fit import fit_probe
 
@@ -74,11 +75,16 @@ def decide(champion: HoldoutScore | None, challenger: HoldoutScore | None, *, mi
                          f"ECE {champion.ece:.3f} → {challenger.ece:.3f}")
 
 
-def split_recent(order: list[int], share: float) -> tuple[list[int], list[int]]:
-    """(train, holdout) of ``order`` (oldest first): the most recent ``share`` is held out."""
+def split_recent(order: list[int], share: float, exclude: frozenset[int] = frozenset()) -> tuple[list[int], list[int]]:
+    """(train, holdout) of ``order`` (oldest first): the most recent ``share`` of ``order`` is held out,
+    skipping ``exclude`` (tasks the champion trained on: judging it on them would flatter it), which
+    stay in the training part; the holdout shrinks when too few others are left."""
     n_hold = round(len(order) * share)
     n_hold = min(max(n_hold, 1 if order else 0), max(0, len(order) - 1))
-    return order[:len(order) - n_hold], order[len(order) - n_hold:]
+    eligible = [t for t in order if t not in exclude]
+    hold = eligible[len(eligible) - min(n_hold, len(eligible)):] if n_hold else []
+    held = set(hold)
+    return [t for t in order if t not in held], hold
 
 
 def _score(probe_probs: np.ndarray, y: np.ndarray) -> HoldoutScore | None:
@@ -110,10 +116,14 @@ def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessP
 
 def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtractor,
                 artifacts: ArtifactStore) -> dict[str, Any]:
-    """Train and judge a challenger for ``spec`` (a primary-role RetrainSpec); returns the job result.
+    """Train and judge a challenger ensemble for ``spec`` (a primary-role RetrainSpec); returns the job result.
 
-    The champion is loaded from ``artifacts`` (its registry address); the challenger is saved there
-    and ``result["artifact"]`` is its ``cas://sha256/…`` address.
+    The champion ensemble (every primary member, ``spec.champion_members``) is loaded from ``artifacts``;
+    the holdout leaves out every task one of its members trained on (their ``training["task_ids"]``).
+    The challenger is ``spec.members`` probes (seeds ``spec.seed + m``) trained on the rest; both
+    ensembles are combined by ``spec.combine`` and scored on the holdout. Each challenger member is saved
+    to ``artifacts``: ``result["artifacts"]`` lists their ``cas://sha256/…`` addresses (member 0 first,
+    also ``result["artifact"]``).
 
     Raises :class:`InsufficientRefreshData` when the labels cannot train or judge a challenger.
     """
@@ -123,39 +133,67 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
         raise InsufficientRefreshData(f"{len(data.task_ids)} usable labels < {spec.refresh_min_labels}")
     feature = FeatureSpec(layer=spec.layer, pooling=spec.pooling)
     x = extractor.extract(data.texts, [feature])[feature]
-    idx = list(range(len(data.task_ids)))
-    train, hold = split_recent(idx, spec.holdout_share)
+    champions = _load_champions(champion_uris(spec), artifacts, extractor)
+    trained = {t for p in champions or () for t in p.training.get("task_ids", ())}
+    train, hold = split_recent(list(range(len(data.task_ids))), spec.holdout_share,
+                               frozenset(i for i, t in enumerate(data.task_ids) if t in trained))
     if len(set(data.labels[train].tolist())) < 2:
         raise InsufficientRefreshData("the training labels lack a class (need in-band and out-of-band tasks)")
-    challenger = fit_probe(x[train], data.labels[train], reference=extractor.reference, spec=feature,
-                           band=Band(spec.k, spec.band_lo, spec.band_hi, spec.min_valid_trials), arch=spec.arch,
-                           config=TrainConfig(seed=spec.seed), name=spec.name,
-                           training={"rows": len(train), "positives": int(data.labels[train].sum()),
-                                     "solver": spec.solver, "staleness": spec.staleness})
     y_hold = data.labels[hold]
     if len(set(y_hold.tolist())) < 2:
-        raise InsufficientRefreshData(f"the {len(hold)} most recent labels (the holdout) are all "
-                                      f"{'in' if y_hold.all() else 'out of'} band: nothing to judge a challenger on")
-    ch_score = _score(challenger.head.probabilities(x[hold]), y_hold)
-    champ_score = _champion_score(spec.champion, artifacts, extractor, data.texts, hold, y_hold)
+        what = "empty" if not hold else "all in band" if y_hold.all() else "all out of band"
+        raise InsufficientRefreshData(f"the holdout ({len(hold)} most recent labels of tasks the champion did not "
+                                      f"train on) is {what}: nothing to judge a challenger on")
+    challengers = [fit_probe(x[train], data.labels[train], reference=extractor.reference, spec=feature,
+                             band=Band(spec.k, spec.band_lo, spec.band_hi, spec.min_valid_trials), arch=spec.arch,
+                             config=TrainConfig(seed=spec.seed + m), name=member_name(spec.name, m),
+                             training={"rows": len(train), "positives": int(data.labels[train].sum()),
+                                       "solver": spec.solver, "staleness": spec.staleness,
+                                       "task_ids": [data.task_ids[i] for i in train]})
+                   for m in range(max(1, spec.members))]
+    ch_score = _score(ProbeEnsemble(challengers, spec.combine).probabilities({feature: x[hold]}), y_hold)
+    champ_score = None if champions is None else _ensemble_score(
+        ProbeEnsemble(champions, spec.combine), extractor, [data.texts[i] for i in hold], y_hold)
     verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))))
-    challenger.metrics.update({"holdout": None if ch_score is None else ch_score.__dict__})
+    uris = []
     with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
-        uri = artifacts.put_tree(save_probe(challenger, Path(tmp) / spec.name))
-    return {"artifact": uri, "promote": verdict.promote, "reason": verdict.reason,
+        for probe in challengers:
+            probe.metrics.update({"holdout": None if ch_score is None else ch_score.__dict__})
+            uris.append(artifacts.put_tree(save_probe(probe, Path(tmp) / probe.name)))
+    return {"artifact": uris[0], "artifacts": uris, "promote": verdict.promote, "reason": verdict.reason,
             "challenger": None if ch_score is None else ch_score.__dict__,
             "champion": None if champ_score is None else champ_score.__dict__,
-            "champion_uri": spec.champion, "train_rows": len(train), "holdout_rows": len(hold)}
+            "champion_uri": spec.champion, "champion_uris": champion_uris(spec), "members": len(challengers),
+            "train_rows": len(train), "holdout_rows": len(hold),
+            "holdout_excluded": sum(1 for t in data.task_ids if t in trained)}
 
 
-def _champion_score(uri: str, artifacts: ArtifactStore, extractor: FeatureExtractor, texts: list[str],
-                    hold: list[int], y: np.ndarray) -> HoldoutScore | None:
-    try:
-        champ = load_probe(artifacts.local_path(uri), expected_fingerprint=extractor.reference.fingerprint)
-    except Exception:  # artifact gone or from another reference: the challenger is judged alone
+def champion_uris(spec: Any) -> list[str]:
+    """The champion ensemble's member artifacts (specs written before ensembles name one ``champion``)."""
+    members = list(getattr(spec, "champion_members", None) or [])
+    return members or ([spec.champion] if spec.champion else [])
+
+
+def member_name(name: str, member: int) -> str:
+    """The registry name of challenger member ``member`` of job ``name`` (member 0 keeps the job's name)."""
+    return name if member == 0 else f"{name}-m{member}"
+
+
+def _load_champions(uris: list[str], artifacts: ArtifactStore, extractor: FeatureExtractor) -> list[Probe] | None:
+    """The champion's members; None when there is none or one cannot be loaded (the challenger is then
+    judged alone, as :func:`decide` says)."""
+    if not uris:
         return None
-    x = extractor.extract([texts[i] for i in hold], [champ.spec])
-    return _score(champ.probabilities(x), y)
+    try:
+        return [load_probe(artifacts.local_path(u), expected_fingerprint=extractor.reference.fingerprint)
+                for u in uris]
+    except Exception:  # artifact gone or from another reference
+        return None
+
+
+def _ensemble_score(ensemble: ProbeEnsemble, extractor: FeatureExtractor, texts: list[str],
+                    y: np.ndarray) -> HoldoutScore | None:
+    return _score(ensemble.probabilities(extractor.extract(texts, ensemble.specs)), y)
 
 
 class InsufficientRefreshData(ValueError):
@@ -172,15 +210,31 @@ def ready_tasks(store: Store, run_id: int, limit: int = 100_000) -> list[tuple[i
     return [(int(r.id), r.domain, r.text, dict(r.payload or {})) for r in rows]
 
 
-def rescore_ready(store: Store, run_id: int, probabilities: dict[int, float], threshold: float) -> int:
+def verified_in_band(store: Store, run_id: int, solver_id: str, task_ids: Sequence[int]) -> set[int]:
+    """Those of ``task_ids`` that run ``run_id``'s spot-check of ``solver_id`` (the current version's
+    qualified id) verified as in band: emission trusts that verdict over any probe score, and so does
+    the retirement of stale tasks."""
+    out: set[int] = set()
+    with store.session() as s:
+        for i in range(0, len(task_ids), 500):
+            out |= set(s.scalars(select(Label.task_id).where(
+                Label.run_id == run_id, Label.solver_id == solver_id, Label.source == "spotcheck",
+                Label.in_band.is_(True), Label.task_id.in_(list(task_ids[i:i + 500])))))
+    return out
+
+
+def rescore_ready(store: Store, run_id: int, probabilities: dict[int, float], threshold: float,
+                  verified: Collection[int] = frozenset()) -> int:
     """Apply a new primary's in-band probabilities to ``run_id``'s ``ready`` rows: a row below
-    ``threshold`` moves to ``stale`` (never served, kept for analysis); every other one gets the new
+    ``threshold`` moves to ``stale`` (never served, kept for analysis) unless it is in ``verified`` (the
+    current solver version verified it in band: :func:`verified_in_band`); every other one gets the new
     value as its ``predicted_in_band``, the column a trainer's lease selects a range on (the message
     keeps the value at emission: its provenance). Only rows still ``ready`` change (a row leased
     meanwhile is left alone), only ``run_id``'s (another run may have queued the same task).
     Returns the rows retired."""
-    stale = [t for t, p in probabilities.items() if p < threshold]
-    kept = [{"b_task": t, "b_p": float(p)} for t, p in probabilities.items() if p >= threshold]
+    stale = [t for t, p in probabilities.items() if p < threshold and t not in verified]
+    gone = set(stale)
+    kept = [{"b_task": t, "b_p": float(p)} for t, p in probabilities.items() if t not in gone]
     open_row = (QueueItem.run_id == run_id, QueueItem.state == "ready")
     moved = 0
     with store.session() as s:
@@ -199,14 +253,17 @@ def rescore_ready(store: Store, run_id: int, probabilities: dict[int, float], th
 
 def record_refresh(store: Store, spec: Any, result: dict[str, Any], reference_fingerprint: str,
                    artifacts: ArtifactStore | None = None) -> int:
-    """Register the challenger (inactive, role primary) under its artifact address and write the job's
-    ``done`` outcome. ``artifacts`` (optional) checks that the address is in the store first."""
-    if artifacts is not None and not artifacts.has_tree(result["artifact"]):
-        raise ValueError(f"challenger {result['artifact']} is not in {artifacts.location}")
+    """Register the challenger's members (inactive, role primary) under their artifact addresses and write
+    the job's ``done`` outcome (``probe_id``: member 0; ``result["member_probe_ids"]``: every member, what a
+    promotion activates). ``artifacts`` (optional) checks that the addresses are in the store first."""
+    uris = list(result.get("artifacts") or [result["artifact"]])
+    for uri in uris:
+        if artifacts is not None and not artifacts.has_tree(uri):
+            raise ValueError(f"challenger {uri} is not in {artifacts.location}")
+    meta = {"refresh": {k: v for k, v in result.items() if k not in ("artifact", "artifacts")}, "cycle": spec.cycle}
     with store.session() as s:
-        pid = repo.register_probe(s, spec.name, "primary", result["artifact"], reference_fingerprint,
-                                  {"refresh": {k: v for k, v in result.items() if k != "artifact"},
-                                   "cycle": spec.cycle}, run_id=spec.run_id)
+        ids = [repo.register_probe(s, member_name(spec.name, m), "primary", uri, reference_fingerprint, meta,
+                                   run_id=spec.run_id) for m, uri in enumerate(uris)]
         s.execute(update(RetrainJob).where(RetrainJob.name == spec.name, RetrainJob.state == "pending").values(
-            state="done", probe_id=pid, finished_at=datetime.now(UTC), result=result))
-    return pid
+            state="done", probe_id=ids[0], finished_at=datetime.now(UTC), result={**result, "member_probe_ids": ids}))
+    return ids[0]

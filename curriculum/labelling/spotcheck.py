@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from curriculum.common.solver_api import AttemptRunner, Completion, Sampling, SolverBackend, attempt_runner
 from curriculum.domains.base import Domain, Task
-from curriculum.store import repo, trajectories
+from curriculum.store import repo, solver_versions, trajectories
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial, TaskRow, utcnow
 from probes.band import Band, Side
@@ -157,6 +157,23 @@ class SpotCheckResult:
     null_trials: int
     elapsed_s: float
     settled_early: int = 0  # tasks whose label settled before k attempts (sequential labelling)
+    refused: str | None = None  # why nothing (more) was recorded: the version is no longer the one served
+
+
+class SupersededVersion(RuntimeError):
+    """The message's solver version is no longer the current one: the endpoint serves a newer checkpoint,
+    whose attempts must not be recorded under the old version."""
+
+
+def superseded(store: Store, solver_id: str) -> str | None:
+    """Why trials of ``solver_id`` (``name@version``) can no longer be recorded — a newer version of the
+    name is current, so the endpoint serves that — or None (it is current, or the name has no versions)."""
+    name, version = solver_versions.split_solver_id(solver_id)
+    with store.session() as s:
+        cur = solver_versions.current(s, name)
+    if cur is None or cur.version == version:
+        return None
+    return f"{solver_id} was superseded by {cur.qualified_id}: its trials would be the new checkpoint's"
 
 
 def _stored(store: Store, task_ids: Sequence[int], solver_id: str, k: int
@@ -165,14 +182,21 @@ def _stored(store: Store, task_ids: Sequence[int], solver_id: str, k: int
     with store.session() as s:
         rows = s.execute(select(TaskRow.id, TaskRow.domain, TaskRow.text, TaskRow.payload)
                          .where(TaskRow.id.in_(list(task_ids)))).all()
+    tasks = {r.id: Task(domain=r.domain, text=r.text, payload=dict(r.payload)) for r in rows}
+    return tasks, _outcomes(store, list(tasks), solver_id, k)
+
+
+def _outcomes(store: Store, task_ids: Sequence[int], solver_id: str, k: int) -> dict[int, dict[int, str]]:
+    """Per task, the stored outcomes of its attempts ``0…k−1`` by ``solver_id`` (the store is the truth:
+    another worker may have written an attempt first)."""
+    with store.session() as s:
         done = s.execute(select(SolverTrial.task_id, SolverTrial.attempt, SolverTrial.outcome).where(
             SolverTrial.task_id.in_(list(task_ids)), SolverTrial.solver_id == solver_id,
             SolverTrial.attempt < k)).all()
-    tasks = {r.id: Task(domain=r.domain, text=r.text, payload=dict(r.payload)) for r in rows}
-    have: dict[int, dict[int, str]] = {t: {} for t in tasks}
+    have: dict[int, dict[int, str]] = {t: {} for t in task_ids}
     for tid, attempt, outcome in done:
         have[tid][attempt] = outcome
-    return tasks, have
+    return have
 
 
 def _trial(domain: Domain, task: Task, task_id: int, solver_id: str, attempt: int,
@@ -217,21 +241,31 @@ def run_spotcheck(store: Store, domain: Domain, solver: SolverBackend, task_ids:
         raise ValueError(f"settle band has k={settle.k}, the spot-check asks for k={k}")
     tasks, have = _stored(store, task_ids, sid, k)
     runner = attempt_runner(solver) if settle is not None else None
-    write = _TrialWriter(store, domain, tasks, sid)
-    if runner is not None and settle is not None:
-        early = _sequential(solver, runner, tasks, have, settle, sampling, write)
-    else:
-        early = 0
-        missing = {t: [a for a in range(k) if a not in done] for t, done in have.items()}
-        by_count: dict[int, list[int]] = defaultdict(list)
-        for tid, attempts in missing.items():
-            if attempts:
-                by_count[len(attempts)].append(tid)
-        for n, tids in sorted(by_count.items()):
-            comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
-            write([(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
-                   for attempt, comp in zip(missing[t], row, strict=True)])
+    write = _TrialWriter(store, domain, tasks, sid, check_version=serve is None)
+    try:
+        early = _attempt(solver, domain, runner, tasks, have, k, settle, sampling, write)
+    except SupersededVersion as err:  # a message sent before an announce, run after it: refused
+        return SpotCheckResult(len(tasks), write.written, write.nulls, time.perf_counter() - start, refused=str(err))
     return SpotCheckResult(len(tasks), write.written, write.nulls, time.perf_counter() - start, early)
+
+
+def _attempt(solver: SolverBackend, domain: Domain, runner: AttemptRunner | None, tasks: dict[int, Task],
+             have: dict[int, dict[int, str]], k: int, settle: Band | None, sampling: Sampling,
+             write: _TrialWriter) -> int:
+    """The missing attempts (sequentially when ``runner`` and ``settle``); returns the tasks settled early."""
+    write.ensure_current()
+    if runner is not None and settle is not None:
+        return _sequential(solver, runner, tasks, have, settle, sampling, write)
+    missing = {t: [a for a in range(k) if a not in done] for t, done in have.items()}
+    by_count: dict[int, list[int]] = defaultdict(list)
+    for tid, attempts in missing.items():
+        if attempts:
+            by_count[len(attempts)].append(tid)
+    for n, tids in sorted(by_count.items()):
+        comps = solver.generate(bind_tasks(solver, domain, [tasks[t] for t in tids]), n, sampling)
+        write([(t, attempt, comp) for t, row in zip(tids, comps, strict=True)
+               for attempt, comp in zip(missing[t], row, strict=True)])
+    return 0
 
 
 @dataclass
@@ -242,10 +276,17 @@ class _TrialWriter:
     domain: Domain
     tasks: dict[int, Task]
     solver_id: str
+    check_version: bool = False  # a real endpoint serves one version: refuse once the message's is superseded
     written: int = 0
     nulls: int = 0
 
+    def ensure_current(self) -> None:
+        why = superseded(self.store, self.solver_id) if self.check_version else None
+        if why is not None:
+            raise SupersededVersion(why)
+
     def __call__(self, done: Sequence[tuple[int, int, Completion]]) -> list[repo.NewTrial]:
+        self.ensure_current()  # an announce while these attempts ran: they may be the new checkpoint's
         trials = [_trial(self.domain, self.tasks[t], t, self.solver_id, attempt, comp) for t, attempt, comp in done]
         self.nulls += sum(1 for tr in trials if tr.outcome == "null")
         with self.store.session() as s:
@@ -264,15 +305,18 @@ def _sequential(solver: SolverBackend, runner: AttemptRunner, tasks: dict[int, T
     while open_ := [t for t in tids if not settled(list(have[t].values()), band)]:
         attempts = [min(a for a in range(band.k) if a not in have[t]) for t in open_]
         comps = runner([prompts[t] for t in open_], attempts, sampling)
-        for trial in write(list(zip(open_, attempts, comps, strict=True))):
-            have[trial.task_id][trial.attempt] = trial.outcome
+        write(list(zip(open_, attempts, comps, strict=True)))
+        # what is stored, not what this worker ran: a second worker settling the same check (a redelivered
+        # message) may have written an attempt first, and its outcome is the one the label is made of
+        have.update(_outcomes(write.store, open_, write.solver_id, band.k))
     return sum(1 for t in tids if len(have[t]) < band.k)
 
 
-def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: Band,
+def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: Band, *, run_id: int,
                    source: str = "spotcheck", sequential: bool = False) -> dict[int, LabelValue]:
-    """Label every task that has all ``k`` trials stored — with ``sequential``, every task whose stored
-    trials settle its label (:func:`settled`; all ``k`` always do); tasks still in flight are left out.
+    """Label (for run ``run_id``) every task that has all ``k`` trials stored — with ``sequential``, every
+    task whose stored trials settle its label (:func:`settled`; all ``k`` always do); tasks still in flight
+    are left out.
 
     The stored row's ``k`` is the attempts behind it (``band.k``, or fewer for a label settled early)."""
     with store.session() as s:
@@ -286,7 +330,7 @@ def harvest_labels(store: Store, task_ids: Sequence[int], solver_id: str, band: 
               if len(o) >= band.k or (sequential and settled(o, band))}
     with store.session() as s:
         for tid, lab in labels.items():
-            repo.upsert_label(s, tid, solver_id, source, k=lab.attempts or band.k, solved=lab.solved,
+            repo.upsert_label(s, tid, solver_id, source, run_id=run_id, k=lab.attempts or band.k, solved=lab.solved,
                               valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band)
     return labels
 
@@ -297,11 +341,10 @@ def trials_since(store: Store, solver_id: str, seconds: float, distinct_tasks: b
     Counted over every version of the solver's *name* (``policy@7`` and ``policy`` both count
     ``policy``): the budget is the endpoint's, whichever checkpoint it serves.
     """
-    from curriculum.store.solver_versions import split_solver_id
-
     since = utcnow() - timedelta(seconds=seconds)
     what = func.count(func.distinct(SolverTrial.task_id)) if distinct_tasks else func.count()
+    name = solver_versions.split_solver_id(solver_id)[0]
     with store.session() as s:
-        q = select(what).select_from(SolverTrial).where(SolverTrial.solver_name == split_solver_id(solver_id)[0],
+        q = select(what).select_from(SolverTrial).where(SolverTrial.solver_name == name,
                                                          SolverTrial.created_at >= since)
         return int(s.execute(q).scalar_one())

@@ -65,7 +65,10 @@ class RetrainSpec:
     solver: str = ""  # the solver name whose labels train the probe ("" : every spot-check label, no versions)
     staleness: dict[str, Any] = field(default_factory=dict)  # StalenessPolicy fields; {} = the default policy
     role: str = "aux"  # "primary": a champion/challenger refresh of the primary probe (curriculum.frontier.refresh)
-    champion: str = ""  # primary refresh: the champion's artifact
+    champion: str = ""  # primary refresh: the champion's artifact (member 0)
+    champion_members: list[str] = field(default_factory=list)  # primary refresh: every champion member's artifact
+    members: int = 1  # primary refresh: challenger ensemble size (probes.members)
+    combine: str = "min"  # primary refresh: how members combine (probes.ensemble), for both ensembles
     holdout_share: float = 0.25  # primary refresh: newest labels held out to judge challenger vs champion
     refresh_min_labels: int = 32  # primary refresh: usable labels needed
 
@@ -151,7 +154,7 @@ def load_samples(store: Store, run_id: int, domain: Domain, solver: str = "",
             labels = {int(r.task_id): LabelValue(r.solved, r.valid_trials, r.in_band) for r in s.execute(
                 select(Label.task_id, Label.solved, Label.valid_trials, Label.in_band)
                 .join(TaskRow, TaskRow.id == Label.task_id)
-                .where(TaskRow.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
+                .where(Label.run_id == run_id, TaskRow.valid, Label.source == "spotcheck",
                        Label.in_band.is_not(None)))}
         rows = s.execute(
             select(TaskRow.id, TaskRow.text, TaskRow.payload, TaskRow.topic, ProbeScore.probability)

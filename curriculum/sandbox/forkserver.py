@@ -14,7 +14,8 @@ The parent (this process) has the standard library already imported, so the per-
 
 1. creates a pipe that belongs to that program alone and forks a child; the child points
    stdin/stdout/stderr at /dev/null, closes every other descriptor (the parent's result stream
-   included) and runs :func:`curriculum.sandbox.harness.run_program`, writing its records to the
+   and the OOM counter included: up to the highest one open at start, :func:`close_bound`, not
+   just up to the descriptor limit) and runs :func:`curriculum.sandbox.harness.run_program`, writing its records to the
    pipe;
 2. reads the pipe until end-of-file under a deadline and an output budget, then kills every
    descendant the child left behind (this process is a child subreaper, so descendants that
@@ -340,6 +341,32 @@ def _run_child(prog: dict[str, Any], settings: dict[str, Any]) -> list[dict[str,
     return [*calls, final]
 
 
+def lowered(fd: int) -> int:
+    """``fd`` moved to the lowest free descriptor number (below ``RLIMIT_NOFILE``: a descriptor the
+    host passed keeps the host's number, which may lie above the sandbox's limit)."""
+    try:
+        low = os.dup(fd)
+    except OSError:
+        return fd
+    if low < fd:
+        os.close(fd)
+        return low
+    os.close(low)
+    return fd
+
+
+def close_bound() -> int:
+    """One past the highest descriptor a child may have inherited: ``SC_OPEN_MAX`` (the sandbox's
+    ``RLIMIT_NOFILE``) does not bound the numbers of descriptors passed in from the host — a run
+    cgroup's OOM counter opened by a daemon with many open files came in as descriptor 104 under a
+    limit of 64 and stayed open in every candidate (#37) — so the open ones are counted once here;
+    every descriptor this process opens later gets a number below the limit."""
+    highest = -1
+    with contextlib.suppress(OSError, ValueError):
+        highest = max(int(name) for name in os.listdir("/proc/self/fd"))
+    return max(os.sysconf("SC_OPEN_MAX"), highest + 1)
+
+
 PAYLOAD_ENV = "PROPEL_PAYLOAD_FILE"
 #: Descriptor of the run cgroup's OOM-kill counter (``curriculum.sandbox.cgroup.OOM_FD_ENV``).
 OOM_FD_ENV = "PROPEL_OOM_FD"
@@ -403,8 +430,8 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children do not copy-on-write pages just to scan the parent's objects
     oom_fd = os.environ.pop(OOM_FD_ENV, None)
-    settings = {"oom_fd": int(oom_fd) if oom_fd and oom_fd.isdigit() else None,
-                "null_fd": null, "open_max": os.sysconf("SC_OPEN_MAX"),
+    settings = {"oom_fd": lowered(int(oom_fd)) if oom_fd and oom_fd.isdigit() else None,
+                "null_fd": null, "open_max": close_bound(),
                 "call_timeout_s": float(payload.get("call_timeout_s", 1.0)),
                 "max_output_chars": int(payload.get("max_output_chars", 1_000_000)),
                 "stop_on_failure": bool(payload.get("stop_on_failure", True))}

@@ -2,7 +2,7 @@
 
 Natural keys carry unique constraints so that every write path can be idempotent
 (``ON CONFLICT DO NOTHING``): a task is unique per (domain, content hash), a trial per
-(task, solver, attempt), a label per (task, solver, source), a probe score per (task, probe).
+(task, solver, attempt), a label per (task, run, solver, source), a probe score per (task, probe).
 Constraint names follow one naming convention so Alembic migrations work on both databases.
 """
 
@@ -216,13 +216,19 @@ class Label(Base):
     ``source`` is ``spotcheck`` (the daemon's own trials) or ``consumer`` (a trainer's acked outcome,
     whose ``errors`` — infrastructure failures — are excluded from ``valid_trials`` and whose
     ``sampling`` settings are kept when the trainer gave them).
+
+    ``run_id`` is the run whose spot-check or trainer measured it: another run may replay the same task
+    (``propel tasks import``), and each run's readers see only their own labels. NULL only for a label
+    whose run was deleted (or whose task had no run when migration 0010 carried it over).
     """
 
     __tablename__ = "labels"
-    __table_args__ = (UniqueConstraint("task_id", "solver_id", "source"),
-                      Index("ix_labels_name_version", "solver_name", "solver_version"))
+    __table_args__ = (UniqueConstraint("task_id", "run_id", "solver_id", "source"),
+                      Index("ix_labels_name_version", "solver_name", "solver_version"),
+                      Index("ix_labels_run_name", "run_id", "solver_name"))
     id: Mapped[int] = mapped_column(primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     solver_id: Mapped[str] = mapped_column(String(256))  # qualified: name@version (name when unversioned)
     solver_name: Mapped[str] = mapped_column(String(256))
     solver_version: Mapped[str] = mapped_column(String(128))

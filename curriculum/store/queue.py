@@ -18,10 +18,14 @@ Semantics (at-least-once delivery, exactly-one outcome):
   is accepted while nobody else has taken the task (answering ``late`` so the trainer knows it was
   at risk), and refused with ``lease_lost`` once someone has. Acking, nacking and dead-lettering end
   the lease too.
-* ``ack`` records the trainer's outcome once; acking an acked task answers ``already_acked`` and
-  changes nothing. ``ack_many`` acks a batch in one statement with a status per item.
-* ``nack`` returns a leased row to ``ready`` at once (or to ``dead`` once attempts are spent).
-* ``renew`` extends the lease to ``now + lease_s``.
+* ``ack`` records the trainer's outcome once (the row keeps the token that acked it); acking an acked
+  task again with that token answers ``already_acked`` and changes nothing (an idempotent retry),
+  with any other token ``lease_lost`` (the outcome was *not* stored). ``ack_many`` acks a batch in one
+  statement with a status per item; an item the store cannot take (a solver id longer than
+  :data:`~curriculum.store.solver_versions.SOLVER_ID_MAX`) is ``invalid`` on its own.
+* ``nack`` returns a leased row to ``ready`` at once (or to ``dead`` once attempts are spent);
+  ``tried=False`` (the task was never tried) also gives the delivery attempt back.
+* ``renew`` extends the lease to ``now + lease_s`` in one conditional statement.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from functools import cache, cached_property
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     ColumnElement,
     Executable,
     Float,
@@ -48,15 +53,17 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal,
     or_,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Session
 
 from curriculum.store.db import insert_ignore
 from curriculum.store.models import QueueItem, utcnow
+from curriculum.store.solver_versions import SOLVER_ID_MAX
 
 
 def _as_table(table: object) -> Table:
@@ -69,6 +76,10 @@ _QUEUE = _as_table(QueueItem.__table__)
 _Q = _QUEUE.c
 #: Most items one ``ack_many`` call takes (bind parameters stay far below PostgreSQL's limit).
 MAX_BATCH = 1000
+#: Key of the stored message of an acked row that holds what the outcome columns cannot (``errors``,
+#: written only when non-zero); export moves it into the record's ``queue.outcome`` (no schema
+#: change: ``message`` is JSON).
+OUTCOME_KEY = "_outcome"
 
 
 class AckStatus(StrEnum):
@@ -78,6 +89,7 @@ class AckStatus(StrEnum):
     NOT_FOUND = "not_found"
     LEASE_LOST = "lease_lost"
     NOT_LEASED = "not_leased"
+    INVALID = "invalid"  # an outcome the store cannot take (e.g. a solver id over SOLVER_ID_MAX)
 
     @property
     def accepted(self) -> bool:
@@ -111,6 +123,7 @@ class Outcome:
     solved: int
     n: int
     solver: str
+    errors: int = 0  # attempts lost to infrastructure failures (kept with the outcome, exported)
 
 
 def enqueue(sess: Session, items: Sequence[tuple[int, int | None, str | None, dict[str, Any]]]) -> int:
@@ -234,9 +247,9 @@ def _holds(run_id: Any, task_id: Any, token: Any) -> list[ColumnElement[bool]]:
 
 
 def ack(sess: Session, task_id: int, *, run_id: int, lease_token: str, solved: int, n: int, solver: str,
-        now: datetime | None = None) -> AckStatus:
+        errors: int = 0, now: datetime | None = None) -> AckStatus:
     """Record a trainer's outcome for one task (see :func:`ack_many`)."""
-    return ack_many(sess, [Outcome(task_id, lease_token, solved, n, solver)], run_id=run_id, now=now)[task_id]
+    return ack_many(sess, [Outcome(task_id, lease_token, solved, n, solver, errors)], run_id=run_id, now=now)[task_id]
 
 
 def ack_many(sess: Session, outcomes: Sequence[Outcome], *, run_id: int,
@@ -244,31 +257,38 @@ def ack_many(sess: Session, outcomes: Sequence[Outcome], *, run_id: int,
     """Record outcomes of leased tasks; a status per task id, at most one recorded outcome per task.
 
     One ``UPDATE … FROM unnest(…) RETURNING`` on PostgreSQL (one ``UPDATE`` per item on SQLite,
-    which has no round trips to save); only refused items are read again to say why. Task ids
-    must be distinct within a call.
+    which has no round trips to save); only refused items are read again to say why. An item whose
+    solver id is longer than the stored column is ``invalid`` (never sent: PostgreSQL would fail the
+    whole statement where SQLite stores it). Task ids must be distinct within a call.
     """
     if not outcomes:
         return {}
     if len({o.task_id for o in outcomes}) != len(outcomes):
         raise ValueError("each task may appear once per ack batch")
     now = now or utcnow()
+    good = [o for o in outcomes if len(o.solver) <= SOLVER_ID_MAX]
     done: dict[int, datetime | None] = {}
-    for chunk in (outcomes[i:i + MAX_BATCH] for i in range(0, len(outcomes), MAX_BATCH)):
+    for chunk in (good[i:i + MAX_BATCH] for i in range(0, len(good), MAX_BATCH)):
         done.update(_ack_chunk(sess, chunk, run_id, now))
     out = {tid: AckStatus.LATE if until is not None and until < now else AckStatus.ACKED for tid, until in done.items()}
-    refused = [o.task_id for o in outcomes if o.task_id not in done]
+    out.update({o.task_id: AckStatus.INVALID for o in outcomes if len(o.solver) > SOLVER_ID_MAX})
+    refused = {o.task_id: o.lease_token for o in outcomes if o.task_id not in out}
     if refused:
         out.update(_why_refused(sess, refused, run_id))
     return {o.task_id: out[o.task_id] for o in outcomes}
 
 
 def _ack_chunk(sess: Session, chunk: Sequence[Outcome], run_id: int, now: datetime) -> dict[int, datetime | None]:
-    sets = {"state": "acked", "acked_at": now, "lease_token": None}
+    """Ack the rows leased under each item's token; the token stays on the acked row, so a repeated
+    ack with it is told ``already_acked`` and any other token ``lease_lost``."""
     if sess.get_bind().dialect.name != "postgresql":
         done: dict[int, datetime | None] = {}
         for o in chunk:
+            extra = {"message": func.json_set(_Q.message, f"$.{OUTCOME_KEY}", func.json_object("errors", o.errors))
+                     } if o.errors else {}
             row = sess.execute(update(_QUEUE).where(*_holds(run_id, o.task_id, o.lease_token)).values(
-                **sets, outcome_solved=o.solved, outcome_n=o.n, outcome_solver=o.solver,
+                state="acked", acked_at=now, outcome_solved=o.solved, outcome_n=o.n, outcome_solver=o.solver,
+                **extra,
             ).returning(_Q.task_id, _Q.lease_until).execution_options(synchronize_session=False)).first()
             if row is not None:
                 done[int(row.task_id)] = row.lease_until
@@ -276,7 +296,7 @@ def _ack_chunk(sess: Session, chunk: Sequence[Outcome], run_id: int, now: dateti
     stmt = _pg_ack_statement()
     params = {"tids": [o.task_id for o in chunk], "toks": [o.lease_token for o in chunk],
               "solved": [o.solved for o in chunk], "ns": [o.n for o in chunk], "solvers": [o.solver for o in chunk],
-              "b_run": run_id, "b_now": now}
+              "errs": [o.errors for o in chunk], "b_run": run_id, "b_now": now}
     return {int(r.task_id): r.lease_until for r in sess.execute(stmt, params)}
 
 
@@ -286,49 +306,70 @@ def _pg_ack_statement() -> Executable:
     every batch size (compiled once, prepared by psycopg), unlike a ``VALUES`` list."""
     v = func.unnest(bindparam("tids", type_=ARRAY(Integer)), bindparam("toks", type_=ARRAY(String)),
                     bindparam("solved", type_=ARRAY(Integer)), bindparam("ns", type_=ARRAY(Integer)),
-                    bindparam("solvers", type_=ARRAY(String))).table_valued(
-        "tid", "tok", "solved", "n", "solver").render_derived(name="v")
+                    bindparam("solvers", type_=ARRAY(String)), bindparam("errs", type_=ARRAY(Integer))).table_valued(
+        "tid", "tok", "solved", "n", "solver", "errors").render_derived(name="v")
+    # Only an outcome with errors rewrites the message (measured: the JSON round trip on every ack
+    # cost about a third of the store's ack throughput); no key means 0 errors.
+    extra = func.jsonb_build_object(OUTCOME_KEY, func.jsonb_build_object("errors", v.c.errors))
+    message = case((v.c.errors > 0, cast(cast(_Q.message, JSONB).op("||")(extra), JSON)), else_=_Q.message)
     return (update(_QUEUE).where(*_holds(bindparam("b_run"), v.c.tid, v.c.tok))
-            .values(state="acked", acked_at=bindparam("b_now", type_=_Q.acked_at.type), lease_token=None,
+            .values(state="acked", acked_at=bindparam("b_now", type_=_Q.acked_at.type), message=message,
                     outcome_solved=v.c.solved, outcome_n=v.c.n, outcome_solver=v.c.solver)
             .returning(_Q.task_id, _Q.lease_until).execution_options(synchronize_session=False))
 
 
-def _why_refused(sess: Session, task_ids: Sequence[int], run_id: int) -> dict[int, AckStatus]:
-    rows = sess.execute(select(_Q.task_id, _Q.state).where(_Q.run_id == run_id, _Q.task_id.in_(task_ids)))
-    states = {int(r.task_id): str(r.state) for r in rows}
-    why = {"acked": AckStatus.ALREADY_ACKED, "leased": AckStatus.LEASE_LOST}
-    return {t: why.get(states[t], AckStatus.NOT_LEASED) if t in states else AckStatus.NOT_FOUND for t in task_ids}
+def _why_refused(sess: Session, tokens: dict[int, str], run_id: int) -> dict[int, AckStatus]:
+    """Why the rows of ``tokens`` (task id → the caller's token) were not leased under those tokens."""
+    rows = sess.execute(select(_Q.task_id, _Q.state, _Q.lease_token)
+                        .where(_Q.run_id == run_id, _Q.task_id.in_(list(tokens))))
+    found = {int(r.task_id): (str(r.state), r.lease_token) for r in rows}
+    return {t: _refusal(*found[t], tok) if t in found else AckStatus.NOT_FOUND for t, tok in tokens.items()}
 
 
-def nack(sess: Session, task_id: int, *, run_id: int, lease_token: str, max_attempts: int,
+def _refusal(state: str, held: str | None, token: str) -> AckStatus:
+    if state == "acked":  # acked under `held` (None: acked before acked rows kept their token)
+        return AckStatus.ALREADY_ACKED if held is None or held == token else AckStatus.LEASE_LOST
+    return AckStatus.LEASE_LOST if state == "leased" else AckStatus.NOT_LEASED
+
+
+def nack(sess: Session, task_id: int, *, run_id: int, lease_token: str, max_attempts: int, tried: bool = True,
          now: datetime | None = None) -> AckStatus:
     """Give a leased task back (``ready``), or dead-letter it when its attempts are spent.
 
-    ``lease_until`` is left as it was (it only means something while ``leased``), so the statement
-    can report whether the lease had expired.
+    ``tried=False`` says the consumer never tried the task (read ahead, never handed to its
+    trainer): the delivery attempt its lease counted is given back (attempts − 1, floor 0), so it
+    can never be dead-lettered by this nack. ``lease_until`` is left as it was (it only means
+    something while ``leased``), so the statement can report whether the lease had expired.
     """
     now = now or utcnow()
+    attempts = _Q.attempts if tried else case((_Q.attempts > 0, _Q.attempts - 1), else_=0)
     row = sess.execute(update(_QUEUE).where(*_holds(run_id, task_id, lease_token)).values(
-        state=case((_Q.attempts >= max_attempts, "dead"), else_="ready"), lease_token=None,
+        state=case((attempts >= max_attempts, "dead"), else_="ready"), lease_token=None, attempts=attempts,
     ).returning(_Q.lease_until).execution_options(synchronize_session=False)).first()
     if row is None:
-        return _why_refused(sess, [task_id], run_id)[task_id]
+        return _why_refused(sess, {task_id: lease_token}, run_id)[task_id]
     return AckStatus.LATE if row.lease_until is not None and row.lease_until < now else AckStatus.ACKED
 
 
 def renew(sess: Session, task_id: int, *, run_id: int, lease_token: str, lease_s: float,
           now: datetime | None = None) -> AckStatus:
-    """Extend the lease held with ``lease_token`` to ``now + lease_s`` (``late`` if it had expired)."""
+    """Extend the lease held with ``lease_token`` to ``now + lease_s`` (``late`` if it had expired).
+
+    One conditional ``UPDATE``: two concurrent renews with the same token both succeed (two
+    statements, "live?" then "expired?", let one renew make the other's second statement miss and
+    answer ``lease_lost``). ``RETURNING`` shows only the new row, so a late renew writes the new
+    expiry plus one microsecond, and the answer tells the two apart by the value written.
+    """
     now = now or utcnow()
     until = now + timedelta(seconds=lease_s)
-    for status, cond in ((AckStatus.ACKED, _Q.lease_until >= now), (AckStatus.LATE, _Q.lease_until < now)):
-        row = sess.execute(update(_QUEUE).where(*_holds(run_id, task_id, lease_token), cond)
-                           .values(lease_until=until).returning(_Q.id)
-                           .execution_options(synchronize_session=False)).first()
-        if row is not None:
-            return status
-    return _why_refused(sess, [task_id], run_id)[task_id]
+    marked = until + timedelta(microseconds=1)
+    row = sess.execute(update(_QUEUE).where(*_holds(run_id, task_id, lease_token))
+                       .values(lease_until=case((_Q.lease_until < now, literal(marked, _Q.lease_until.type)),
+                                                else_=literal(until, _Q.lease_until.type)))
+                       .returning(_Q.lease_until).execution_options(synchronize_session=False)).first()
+    if row is None:
+        return _why_refused(sess, {task_id: lease_token}, run_id)[task_id]
+    return AckStatus.LATE if row.lease_until == marked else AckStatus.ACKED
 
 
 def ready_count(sess: Session, run_id: int) -> int:

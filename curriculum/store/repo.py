@@ -123,9 +123,11 @@ def trial_count(sess: Session, run_id: int) -> int:
 
 @dataclass(frozen=True)
 class NewLabel:
-    """One label to write with :func:`upsert_labels`; ``solver_id`` is qualified (``name@version``)."""
+    """One label to write with :func:`upsert_labels`: of ``task_id`` as measured for run ``run_id``
+    (another run replaying the task keeps its own label); ``solver_id`` is qualified (``name@version``)."""
 
     task_id: int
+    run_id: int
     solver_id: str
     source: str
     k: int
@@ -137,15 +139,15 @@ class NewLabel:
     sampling: Mapping[str, Any] | None = None
 
 
-_LABEL_KEY = ("task_id", "solver_id", "source")
+_LABEL_KEY = ("task_id", "run_id", "solver_id", "source")
 
 
-def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, k: int, solved: int,
+def upsert_label(sess: Session, task_id: int, solver_id: str, source: str, *, run_id: int, k: int, solved: int,
                  valid_trials: int, band: tuple[int, int], in_band: bool | None, errors: int = 0,
                  sampling: Mapping[str, Any] | None = None) -> None:
-    """Create or overwrite the label of ``(task, solver, source)``; ``solver_id`` is qualified
+    """Create or overwrite the label of ``(task, run, solver, source)``; ``solver_id`` is qualified
     (``name@version``, see :mod:`curriculum.store.solver_versions`)."""
-    upsert_labels(sess, [NewLabel(task_id, solver_id, source, k, solved, valid_trials, band, in_band, errors,
+    upsert_labels(sess, [NewLabel(task_id, run_id, solver_id, source, k, solved, valid_trials, band, in_band, errors,
                                   sampling)])
 
 
@@ -155,14 +157,17 @@ def upsert_labels(sess: Session, labels: Sequence[NewLabel]) -> None:
     for lab in labels:
         if lab.source not in LABEL_SOURCES:
             raise ValueError(f"label source must be one of {LABEL_SOURCES}, got {lab.source!r}")
+        if not isinstance(lab.run_id, int):  # NULL never conflicts on PostgreSQL: it would duplicate labels
+            raise ValueError(f"a label needs the run that measured it, got run_id={lab.run_id!r}")
     now = utcnow()
-    rows = [{"task_id": lab.task_id, "solver_id": lab.solver_id, "source": lab.source,
+    rows = [{"task_id": lab.task_id, "run_id": lab.run_id, "solver_id": lab.solver_id, "source": lab.source,
              **_name_version(lab.solver_id), **_label_values(lab, now)} for lab in labels]
     if insert_ignore(sess, Label, rows, list(_LABEL_KEY)) == len(rows):
         return
     for lab in labels:  # some existed: overwrite them (rewriting the just-inserted ones is harmless)
-        sess.execute(update(Label).where(Label.task_id == lab.task_id, Label.solver_id == lab.solver_id,
-                                         Label.source == lab.source).values(**_label_values(lab, now)))
+        sess.execute(update(Label).where(Label.task_id == lab.task_id, Label.run_id == lab.run_id,
+                                         Label.solver_id == lab.solver_id, Label.source == lab.source)
+                     .values(**_label_values(lab, now)))
 
 
 def _label_values(lab: NewLabel, now: datetime) -> dict[str, Any]:

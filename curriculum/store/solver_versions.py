@@ -21,7 +21,7 @@ stale as later versions arrive. Every trial and label records ``solver_name`` an
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -36,6 +36,8 @@ UNVERSIONED_ORDER = -1
 MAX_ORDER = 2**53  # JSON-safe integers; a checkpoint step never gets near
 _DERIVABLE = re.compile(r"^(?:[A-Za-z]+[-_]?)?(\d{1,15})$")
 VERSION_SOURCES = ("announce", "ack", "spotcheck", "config", "migration")
+#: Longest qualified id ``name@version`` the store keeps (the ``solver_id`` / ``outcome_solver`` columns).
+SOLVER_ID_MAX = 256
 
 
 class VersionError(ValueError):
@@ -71,6 +73,15 @@ class Registered:
 def qualified_id(name: str, version: str) -> str:
     """The ``solver_id`` stored with trials and labels: ``name@version`` (``name`` when unversioned)."""
     return name if version == UNVERSIONED else f"{name}@{version}"
+
+
+def solver_id_problem(name: str, version: str) -> str | None:
+    """Why ``name@version`` cannot be stored (one line naming the limit and the fix), or None."""
+    qid = qualified_id(name, version)
+    if len(qid) <= SOLVER_ID_MAX:
+        return None
+    return (f"solver id {qid[:40]!r}… is {len(qid)} characters (name {len(name)} + '@' + version {len(version)}); "
+            f"the store keeps at most {SOLVER_ID_MAX}: shorten the solver name or the version")
 
 
 def split_solver_id(solver_id: str) -> tuple[str, str]:
@@ -142,10 +153,47 @@ def ensure_registered(sess: Session, name: str, version: str, order: int | None 
             "solver": name, "version": version, "ordinal": ordinal, "source": source,
             "created_at": utcnow()}], ["solver", "version"]) == 1
         known = sess.scalars(select(SolverVersionRow).where(*where)).one()
-    elif order is not None and known.ordinal is not None and order != known.ordinal:
-        raise VersionError(f"version {version!r} of {name!r} was registered with order {known.ordinal}; "
-                           f"order {order} contradicts it (a version's order never changes)")
+        if not created:  # a concurrent first registration won: its order stands
+            _check_order(name, version, known.ordinal, order)
+    else:
+        _check_order(name, version, known.ordinal, order)
     return _row(known), created
+
+
+VersionKey = tuple[str, str, int | None]  # solver name, version, the order an ack or announce gave (None: none)
+
+
+def sorted_keys(keys: Iterable[VersionKey]) -> list[VersionKey]:
+    """The distinct keys in the order they are registered (name, version, order; no order first): two
+    transactions registering the same new versions then wait for each other instead of deadlocking."""
+    return sorted(set(keys), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))
+
+
+def check_registrations(sess: Session, keys: Sequence[VersionKey]) -> dict[VersionKey, str]:
+    """Read-only: why each ``(name, version, order)`` that :func:`ensure_registered` would refuse is refused,
+    taking the keys in sorted order with the earlier ones counted as registered (what registering them all
+    in that order would do). Writes nothing: an ack checks its versions before the queue decides it and
+    registers them only once it is accepted."""
+    planned: dict[tuple[str, str], int | None] = {}
+    bad: dict[VersionKey, str] = {}
+    for key in sorted_keys(keys):
+        name, version, order = key
+        try:
+            if (name, version) not in planned:
+                known = sess.scalars(select(SolverVersionRow).where(
+                    SolverVersionRow.solver == name, SolverVersionRow.version == version)).first()
+                planned[(name, version)] = resolve_order(version, order) if known is None else known.ordinal
+            _check_order(name, version, planned[(name, version)], order)
+        except VersionError as err:
+            bad[key] = str(err)
+    return bad
+
+
+def _check_order(name: str, version: str, ordinal: int | None, order: int | None) -> None:
+    if order is not None and ordinal is not None and order != ordinal:
+        raise VersionError(f"version {version!r} of {name!r} was registered with order "
+                           f"{ordinal}; order {order} contradicts it (a version's order never changes: "
+                           "send that order, or none)")
 
 
 def register(sess: Session, name: str, version: str, order: int | None = None,

@@ -58,7 +58,9 @@ class ExportFilter:
 
 def export_rows(sess: Session, run_id: int, flt: ExportFilter, chunk: int = 1000) -> Iterator[dict[str, Any]]:
     """The run's queue rows in enqueue order, each as ``{**message, "text", "queue": {...}}``
-    (a record :func:`import_tasks` accepts again, plus the queue state and the trainer's outcome)."""
+    (a record :func:`import_tasks` accepts again, plus the queue state and the trainer's outcome:
+    ``solved`` of ``n`` attempts, ``errors`` of them lost to infrastructure — 0 as well for an
+    outcome acked before errors were kept — and the solver id)."""
     q = (select(QueueItem, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
          .where(QueueItem.run_id == run_id).order_by(QueueItem.enqueued_at, QueueItem.id))
     if flt.states:
@@ -74,8 +76,11 @@ def export_rows(sess: Session, run_id: int, flt: ExportFilter, chunk: int = 1000
     if flt.limit is not None:
         q = q.limit(flt.limit)
     for item, text in sess.execute(q.execution_options(yield_per=chunk)):
+        message = dict(item.message)
+        extra = message.pop(queue.OUTCOME_KEY, None) or {}
         outcome = None if item.outcome_n is None else {
-            "solved": item.outcome_solved, "n": item.outcome_n, "solver": item.outcome_solver}
-        yield {**item.message, "text": text, "queue": {
+            "solved": item.outcome_solved, "n": item.outcome_n, "errors": int(extra.get("errors", 0)),
+            "solver": item.outcome_solver}
+        yield {**message, "text": text, "queue": {
             "state": item.state, "attempts": item.attempts, "enqueued_at": item.enqueued_at.isoformat(),
             "acked_at": item.acked_at.isoformat() if item.acked_at else None, "outcome": outcome}}

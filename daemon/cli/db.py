@@ -10,6 +10,7 @@ from rich.table import Table
 from curriculum.store import repo
 from curriculum.store.db import Store
 from daemon.cli.common import console, get_config
+from daemon.cli.status_text import following_lines, version_lines
 from daemon.config import PropelConfig, mask_url
 from daemon.http.run_status import daemon_status
 from migrations import current_revision, downgrade, head_revision, upgrade
@@ -61,6 +62,9 @@ def db_current(ctx: click.Context) -> None:
 @click.pass_context
 def status_command(ctx: click.Context) -> None:
     """Show what the store holds: schema revision, row counts, queue, daemon state."""
+    from daemon.http.following import following
+    from daemon.service.settings import followed_names
+
     cfg = _config(ctx)
     store = Store(cfg.database_url)
     try:
@@ -72,6 +76,7 @@ def status_command(ctx: click.Context) -> None:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
+            follow = following(sess, followed_names(cfg))
         info = daemon_status(store, cfg.run_name, frontier=False)
     finally:
         store.dispose()
@@ -90,6 +95,8 @@ def status_command(ctx: click.Context) -> None:
         if info.get(key):
             console.print(f"{label}  {info[key]['line']}", highlight=False)
     _print_frontier(frontier)
+    for line in following_lines(follow):
+        click.echo(line)
 
 
 def _frontier(sess: Any, run_name: str) -> dict[str, Any]:
@@ -108,6 +115,10 @@ def _print_frontier(summary: dict[str, Any]) -> None:
     console.print(frontier_panel.champion_line(summary), highlight=False)
     body = frontier_panel.rows(summary)
     if not body:
+        return
+    if not console.is_terminal:  # a pipe: plain lines within 80 columns, no name cut to "…"
+        for line in version_lines(summary):
+            click.echo(line)
         return
     table = Table(title="solver versions (* current)", show_header=True)
     for h in frontier_panel.HEADERS:

@@ -145,6 +145,7 @@ def _register_commands() -> None:
     from daemon.cli.swe import swe
     from daemon.cli.tasks import tasks_group
     from daemon.cli.tasks_io import import_command  # noqa: F401  (adds import/export to the tasks group)
+    from daemon.cli.tasks_stats import stats_command  # noqa: F401  (adds stats to the tasks group)
     from daemon.cli.worker import worker
     from probes.cli import probes
 

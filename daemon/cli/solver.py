@@ -28,6 +28,8 @@ def announce(ctx: click.Context, name: str, version: str, order: int | None, url
     tail = "it is current" if got["is_current"] else (
         f"current stays {got['current']['version']} (order {got['current']['order']}): this one is older")
     click.echo(f"{name} {got['version']} (order {got['order']}) {what}; {tail}")
+    if got.get("notice"):  # the daemon follows another solver: say so where the trainer looks
+        click.echo(f"note: {got['notice']}", err=True)
 
 
 @solver_group.command("versions")

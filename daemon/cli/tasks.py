@@ -84,11 +84,23 @@ def pull(ctx: click.Context, n: int, out: Path, lease_s: float, consumer: str, u
     click.echo(f"leased {len(got)} task(s) for {lease_s:.0f} s → {out}")
 
 
-def read_outcomes(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """Outcome rows ``(line number, row)``; every bad row is reported by line, then exit 2."""
-    rows, errors = [], []
+#: Statuses of a row whose outcome is stored (``already_acked``: by an earlier run of the same file).
+STORED = ("acked", "late", "already_acked")
+OUTCOME_FIELDS = ("id", "solved", "n", "solver", "lease_token", "errors", "version", "version_order", "sampling")
+
+
+def read_outcomes(path: Path) -> tuple[list[tuple[int, Any]], list[str]]:
+    """Outcome rows ``(line number, AckItem)`` checked with the API's own model, and one error line
+    (``FILE:LINE: …``) per row that cannot be sent: not JSON, a missing or bad field, a task repeated."""
+    from pydantic import ValidationError
+
+    from daemon.http.outcomes import AckItem
+
+    rows: list[tuple[int, Any]] = []
+    errors: list[str] = []
+    first: dict[int, int] = {}
     need = ("id", "solved", "n", "solver", "lease_token")
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -97,19 +109,23 @@ def read_outcomes(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 missing = [k for k in need if not isinstance(row, dict) or k not in row]
                 if missing:
                     raise ValueError(f"missing {', '.join(missing)}")
-                rows.append((lineno, {"id": int(row["id"]), "solved": int(row["solved"]), "n": int(row["n"]),
-                                      "solver": str(row["solver"]), "lease_token": str(row["lease_token"]),
-                                      "errors": int(row.get("errors", 0)), "version": row.get("version"),
-                                      "version_order": row.get("version_order"), "sampling": row.get("sampling")}))
-            except (ValueError, TypeError) as err:
+                item = AckItem.model_validate({k: row[k] for k in OUTCOME_FIELDS if row.get(k) is not None})
+            except ValidationError as err:
+                e = err.errors()[0]
+                where = ".".join(str(p) for p in e.get("loc", ())) or "row"
+                errors.append(f"{path}:{lineno}: bad outcome row ({where}: "
+                              f"{str(e.get('msg', '')).removeprefix('Value error, ')})")
+                continue
+            except ValueError as err:
                 errors.append(f"{path}:{lineno}: bad outcome row ({err}); need {', '.join(need)}")
-    if errors:
-        for e in errors[:50]:
-            click.echo(e, err=True)
-        if len(errors) > 50:
-            click.echo(f"… and {len(errors) - 50} more bad rows", err=True)
-        sys.exit(2)
-    return rows
+                continue
+            if item.id in first:
+                errors.append(f"{path}:{lineno}: task {item.id} was already given on line {first[item.id]}; "
+                              "each task is acked once (this row was not sent)")
+                continue
+            first[item.id] = lineno
+            rows.append((lineno, item))
+    return rows, errors
 
 
 @tasks_group.command("ack")
@@ -118,23 +134,57 @@ def read_outcomes(path: Path) -> list[tuple[int, dict[str, Any]]]:
 @click.pass_context
 def ack(ctx: click.Context, outcomes: Path, url: str | None) -> None:
     """Ack outcomes from a JSONL file of {"id", "solved", "n", "solver", "lease_token"} (as `pull` wrote
-    the token) plus optional "errors", "version", "version_order", "sampling", in batches; a refused
-    row is reported by line number with the reason."""
-    from propel_sdk.client import Ack
+    the token) plus optional "errors", "version", "version_order", "sampling", in batches. Every row
+    is sent or refused on its own: a refused row (bad, repeated, or refused by the API) is reported
+    by line number with the reason, the other rows are stored, and the exit code is 1 when any row
+    was refused (0 when all are stored)."""
+    from propel_sdk.client import PropelClientError
 
-    rows = read_outcomes(outcomes)
-    counts: dict[str, int] = {}
+    rows, errors = read_outcomes(outcomes)
+    for e in errors:
+        click.echo(e, err=True)
+    counts: dict[str, int] = {"invalid": len(errors)} if errors else {}
     with api_client(ctx, url) as client:
         for i in range(0, len(rows), ACK_BATCH):
             chunk = rows[i:i + ACK_BATCH]
-            statuses = client.ack_many([Ack(r["id"], r["solved"], r["n"], r["solver"], r["lease_token"], r["errors"],
-                                            r["version"], r["version_order"], r["sampling"]) for _, r in chunk])
-            for lineno, r in chunk:
-                st = statuses[r["id"]]
+            try:
+                statuses = _send(client, chunk)
+            except PropelClientError as err:
+                if err.status == 401:
+                    raise  # every later chunk would be refused too: one line from api_client
+                click.echo(f"{outcomes}:{chunk[0][0]}-{chunk[-1][0]}: {len(chunk)} row(s) refused by the API: {err}",
+                           err=True)
+                counts["refused"] = counts.get("refused", 0) + len(chunk)
+                continue
+            for lineno, item in chunk:
+                st = statuses[item.id]
                 counts[st] = counts.get(st, 0) + 1
-                if st not in ("acked", "late", "already_acked"):
-                    click.echo(f"{outcomes}:{lineno}: task {r['id']}: {st}", err=True)
-    refused = sum(v for k, v in counts.items() if k not in ("acked", "late", "already_acked"))
+                if st not in STORED:
+                    click.echo(f"{outcomes}:{lineno}: task {item.id}: {st}{_why(st)}", err=True)
+    _summary(counts, len(rows) + len(errors))
+
+
+def _send(client: PropelClient, chunk: list[tuple[int, Any]]) -> dict[int, str]:
+    from propel_sdk.client import Ack
+
+    return client.ack_many([Ack(r.id, r.solved, r.n, r.solver, r.lease_token, r.errors, r.version, r.version_order,
+                                r.sampling.model_dump(exclude_none=True) if r.sampling else None)
+                            for _, r in chunk])
+
+
+def _why(status: str) -> str:
+    return {"lease_lost": " (another consumer took or acked the task: this outcome was not stored)",
+            "not_leased": " (the task is not leased: it was given back or dead-lettered)",
+            "not_found": " (no such task in the API's run)",
+            "invalid": " (the API could not register its version: give version_order, or the order the version "
+                       "was announced with)"}.get(status, "")
+
+
+def _summary(counts: dict[str, int], total: int) -> None:
+    """The counts per status; exit 1 when any row was refused."""
     click.echo(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to ack")
+    refused = sum(v for k, v in counts.items() if k not in STORED)
     if refused:
+        click.echo(f"error: {refused} of {total} row(s) refused (listed above by line); the other "
+                   f"{total - refused} are stored", err=True)
         sys.exit(1)

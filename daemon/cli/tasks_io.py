@@ -203,18 +203,26 @@ def _write_jsonl(fh: IO[str], rows: Iterator[dict[str, Any]]) -> int:
 
 
 def _write_parquet(out: Path, rows: Iterator[dict[str, Any]]) -> int:
-    """One row per task: the selectable fields as columns, the full record as a JSON string."""
+    """One row per task: the selectable fields and the trainer's outcome (``outcome_solved``,
+    ``outcome_n``, ``outcome_errors``, ``outcome_solver``; null until acked) as columns, the full
+    record as a JSON string."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols: dict[str, list[Any]] = {k: [] for k in ("id", "domain", "topic", "predicted_in_band", "solver", "state",
-                                                   "enqueued_at", "record")}
+    names = ("id", "domain", "topic", "predicted_in_band", "solver", "state", "enqueued_at", "outcome_solved",
+             "outcome_n", "outcome_errors", "outcome_solver", "record")
+    cols: dict[str, list[Any]] = {k: [] for k in names}
     for row in rows:
         q = row.get("queue", {})
+        outcome = q.get("outcome") or {}
         for k, v in (("id", row.get("id")), ("domain", row.get("domain")), ("topic", row.get("topic")),
                      ("predicted_in_band", row.get("predicted_in_band")), ("solver", row.get("solver")),
                      ("state", q.get("state")), ("enqueued_at", q.get("enqueued_at")),
+                     ("outcome_solved", outcome.get("solved")), ("outcome_n", outcome.get("n")),
+                     ("outcome_errors", outcome.get("errors")), ("outcome_solver", outcome.get("solver")),
                      ("record", json.dumps(row, ensure_ascii=False))):
             cols[k].append(v)
-    pq.write_table(pa.table(cols), out)
+    types = {"outcome_solved": pa.int64(), "outcome_n": pa.int64(), "outcome_errors": pa.int64(),
+             "outcome_solver": pa.string()}
+    pq.write_table(pa.table({k: pa.array(v, type=types.get(k)) for k, v in cols.items()}), out)
     return len(cols["id"])

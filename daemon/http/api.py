@@ -2,9 +2,10 @@
 
 Queue endpoints (``/v1/tasks/...``) require ``Authorization: Bearer $PROPEL_API_TOKEN`` when a token
 is configured (compared in constant time). Bodies above ``api.max_body_bytes`` get 413; malformed
-JSON or out-of-range fields get 422. Acked outcomes are stored as labels (source ``consumer``) of
-the solver version that made them; they feed probe retraining, calibration and drift like
-spot-check labels (:mod:`curriculum.frontier.frontier_labels`). ``/v1/solvers/...`` announces versions.
+JSON or out-of-range fields get 422 (in a batched ack: an ``invalid`` result for that item alone).
+Acked outcomes are stored as labels (source ``consumer``) of the solver version that made them;
+they feed probe retraining, calibration and drift like spot-check labels
+(:mod:`curriculum.frontier.frontier_labels`). ``/v1/solvers/...`` announces versions.
 """
 
 from __future__ import annotations
@@ -33,16 +34,20 @@ from curriculum.store.models import Run
 from curriculum.store.selection import MixtureKey, Selection, lease_selected, unknown_names
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
-from daemon.http.fields import Text, VersionText
+from daemon.http.fields import Text
+from daemon.http.following import NoticeLog, following
+from daemon.http.outcomes import AckBatchRequest, AckRequest, ItemResult, LeaseTokenField, parse_items
 from daemon.http.pressure import NOTHING_LEASED, ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
 from daemon.http.solvers import solver_routes
+from daemon.http.task_stats import stats_route
 from probes.band import Band
 
 QueueState = Literal["ready", "leased", "acked", "dead", "stale"]
 TaskId = Annotated[int, Path(ge=1, le=2**31 - 1, description="task id from the leased message")]
 
-ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409}
+ACK_HTTP = {queue.AckStatus.NOT_FOUND: 404, queue.AckStatus.LEASE_LOST: 409, queue.AckStatus.NOT_LEASED: 409,
+            queue.AckStatus.INVALID: 422}
 
 
 @dataclass
@@ -65,6 +70,8 @@ class ApiContext:
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
     pressure: ApiPressure | None = None  # marked by queue requests answered with work (``propel run`` yields to them)
+    followed: tuple[str, ...] = ()  # solver names this daemon follows (empty: unknown, nothing is said)
+    notices: NoticeLog = field(default_factory=NoticeLog)  # "not followed", logged once per name
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -117,83 +124,15 @@ class LeaseRequest(BaseModel):
                          solver=self.solver)
 
 
-LeaseToken = Annotated[Text, Field(min_length=1, max_length=64,
-                                   description="the lease_token from the lease answer (required)")]
-
-
-class SamplingSettings(BaseModel):
-    """The trainer's sampling settings for its attempts (recorded with the label when given)."""
-
-    model_config = ConfigDict(extra="forbid")
-    temperature: float | None = Field(default=None, ge=0, le=100)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
-    max_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-
-
-class AckRequest(BaseModel):
-    """A trainer's outcome for one task. The single definition of an outcome: the batched ack reuses it.
-
-    ``solver`` is a name with ``version`` given separately, or (older trainers) ``name@version``.
-    ``errors`` are attempts that failed for infrastructure reasons: excluded from the count.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    solved: int = Field(ge=0, le=10_000, description="attempts of the trainer's solver that solved the task")
-    n: int = Field(ge=1, le=10_000, description="attempts made")
-    errors: int = Field(default=0, ge=0, le=10_000, description="attempts lost to infrastructure failures "
-                        "(timeouts, server errors): excluded from the count, never counted as failures")
-    solver: Text = Field(min_length=1, max_length=256,
-                         description="solver name (or name@version when version is not given)")
-    version: VersionText | None = Field(default=None, description="the solver version that made the attempts "
-                                        "(a checkpoint step such as 1200 or step-1200, or an announced string)")
-    version_order: int | None = Field(default=None, ge=0, le=2**53, description="order of a version string "
-                                      "with no step number (higher = newer); not needed once it was announced")
-    sampling: SamplingSettings | None = Field(default=None, description="the trainer's sampling settings")
-    lease_token: LeaseToken
-
-    @model_validator(mode="after")
-    def _counts(self) -> AckRequest:
-        if self.errors > self.n:
-            raise ValueError(f"errors ({self.errors}) cannot exceed n ({self.n})")
-        if self.solved + self.errors > self.n:
-            raise ValueError(f"solved + errors ({self.solved} + {self.errors}) cannot exceed n ({self.n})")
-        if self.version is not None and "@" in self.solver:
-            raise ValueError("solver must be a bare name (no '@') when version is given")
-        if self.version is None and self.version_order is not None:
-            raise ValueError("version_order needs version")
-        return self
-
-    def solver_version(self) -> tuple[str, str]:
-        """(name, version) of the solver that made the attempts."""
-        if self.version is not None:
-            return self.solver, self.version
-        return solver_versions.split_solver_id(self.solver)
-
-
-class AckItem(AckRequest):
-    """One outcome of a batched ack: the task id plus the fields of a single ack."""
-
-    id: int = Field(ge=1, le=2**31 - 1, description="task id from the leased message")
-
-
-class AckBatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    outcomes: list[AckItem] = Field(min_length=1, max_length=queue.MAX_BATCH)
-
-    @model_validator(mode="after")
-    def _distinct_ids(self) -> AckBatchRequest:
-        ids = [o.id for o in self.outcomes]
-        if len(set(ids)) != len(ids):
-            raise ValueError("outcomes: each task id may appear once per batch")
-        return self
-
-
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease_token: LeaseToken
+    lease_token: Text = LeaseTokenField
     lease_s: float = Field(default=600, gt=0, le=86_400, description="renew: the new lease runs this long from now")
+
+
+class NackRequest(TokenRequest):
+    tried: bool = Field(default=True, description="false: the task was never tried (read ahead, never handed to "
+                        "the trainer); the delivery attempt its lease counted is given back")
 
 
 class FastJSON(Response):
@@ -267,6 +206,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     _queue_routes(app)
     _export_route(app)
+    stats_route(app, Auth)
     _status_routes(app)
     solver_routes(app, Auth)
     try:
@@ -308,34 +248,41 @@ def _queue_routes(app: FastAPI) -> None:
 
     @app.post("/v1/tasks/ack", dependencies=[Auth], tags=["queue"], response_class=FastJSON)
     def ack_many(body: AckBatchRequest, ctx: Ctx) -> FastJSON:
-        """Ack many outcomes in one call: a status per item (``acked``, ``late``, ``already_acked``,
-        ``lease_lost``, ``not_leased``, ``not_found``); idempotent, one outcome per task."""
-        statuses = _ack(ctx, [(o.id, o) for o in body.outcomes])
+        """Ack many outcomes in one call: a result per item, in request order (``acked``, ``late``,
+        ``already_acked``, ``lease_lost``, ``not_leased``, ``not_found``, or ``invalid`` with a
+        ``detail``); one bad item is refused alone, never the batch. Idempotent, one outcome per task."""
+        valid, refused = parse_items(body.outcomes)
+        acked = _ack(ctx, [(o.id, o) for o in valid])
+        it = iter(valid)
+        results = [refused[i] if i in refused else acked[next(it).id] for i in range(len(body.outcomes))]
         counts: dict[str, int] = {}
-        for st in statuses.values():
-            counts[st.value] = counts.get(st.value, 0) + 1
-        return FastJSON({"results": [{"id": o.id, "status": statuses[o.id].value} for o in body.outcomes],
-                         "counts": counts})
+        for r in results:
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        return FastJSON({"results": [r.json() for r in results], "counts": counts})
 
     @app.post("/v1/tasks/{task_id}/ack", dependencies=[Auth], tags=["queue"])
     def ack(task_id: TaskId, body: AckRequest, ctx: Ctx) -> dict[str, Any]:
         """Record the trainer's outcome: ``acked``, ``late`` (after ``lease_until``, nobody else had the
-        task) or ``already_acked`` (idempotent); 409 when the lease was lost, 404 for an unknown task.
+        task) or ``already_acked`` (the same token again: idempotent); 409 when the lease was lost
+        (another consumer holds or acked the task), 404 for an unknown task, 422 for an outcome the
+        store cannot take.
 
         The outcome becomes a ``consumer`` label of the solver version (registered on first sight).
         """
-        status = _ack(ctx, [(task_id, body)])[task_id]
-        if status in ACK_HTTP:
-            raise HTTPException(ACK_HTTP[status], status.value)
-        return {"id": task_id, "status": status.value}
+        result = _ack(ctx, [(task_id, body)])[task_id]
+        if result.status in ACK_HTTP:
+            raise HTTPException(ACK_HTTP[result.status], result.detail or result.status.value)
+        return {"id": task_id, "status": result.status.value}
 
     @app.post("/v1/tasks/{task_id}/nack", dependencies=[Auth], tags=["queue"])
-    def nack(task_id: TaskId, body: TokenRequest, ctx: Ctx) -> dict[str, Any]:
-        """Give a leased task back now (it is dead-lettered once its attempts are spent)."""
+    def nack(task_id: TaskId, body: NackRequest, ctx: Ctx) -> dict[str, Any]:
+        """Give a leased task back now (it is dead-lettered once its attempts are spent); with
+        ``"tried": false`` (never tried) the delivery attempt is given back too."""
         with ctx.store.autocommit() as s:
             run_id = ctx.resolve_run(s)
             status = queue.AckStatus.NOT_FOUND if run_id is None else queue.nack(
-                s, task_id, run_id=run_id, lease_token=body.lease_token, max_attempts=ctx.max_attempts)
+                s, task_id, run_id=run_id, lease_token=body.lease_token, max_attempts=ctx.max_attempts,
+                tried=body.tried)
         if status in ACK_HTTP:
             raise HTTPException(ACK_HTTP[status], status.value)
         return {"id": task_id, "status": "returned" if status.accepted else status.value,
@@ -390,40 +337,59 @@ def _unknown(missing: list[tuple[str, str]], run_name: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, queue.AckStatus]:
-    """Ack outcomes of this API's run and store each accepted one as a ``consumer`` label, in one
-    transaction (an outcome and its label are written together or not at all)."""
-    outcomes = [queue.Outcome(tid, b.lease_token, b.solved, b.n, solver_versions.qualified_id(*b.solver_version()))
-                for tid, b in items]
+def _ack(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, ItemResult]:
+    """Ack outcomes of this API's run, register the solver version of each accepted one and store it as
+    a ``consumer`` label, in one transaction (an outcome, its version and its label are written together
+    or not at all). An item whose version cannot be registered is ``invalid`` alone; a refused ack
+    registers nothing."""
+    try:
+        return _ack_once(ctx, items)
+    except solver_versions.VersionError:
+        # a concurrent first registration gave a version another order after the check: nothing of this
+        # batch was written; the check now sees that version and refuses its items alone
+        return _ack_once(ctx, items)
+
+
+def _ack_once(ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> dict[int, ItemResult]:
     with ctx.store.session() as s:
         run_id = ctx.resolve_run(s)
         if run_id is None:
-            return {tid: queue.AckStatus.NOT_FOUND for tid, _ in items}
-        statuses = queue.ack_many(s, outcomes, run_id=run_id)
-        _store_outcomes(s, ctx, [(tid, b) for tid, b in items if statuses[tid].accepted])
-    return statuses
+            return {tid: ItemResult(tid, queue.AckStatus.NOT_FOUND) for tid, _ in items}
+        bad = solver_versions.check_registrations(s, [_version_key(b) for _, b in items])  # read-only
+        # task order: two batches touching the same rows (two runs replaying one task) lock them alike
+        ok = sorted(((tid, b) for tid, b in items if _version_key(b) not in bad), key=lambda it: it[0])
+        statuses = queue.ack_many(s, [b.outcome(tid) for tid, b in ok], run_id=run_id)
+        accepted = [(tid, b) for tid, b in ok if statuses[tid].accepted]
+        _register_versions(s, [b for _, b in accepted])
+        _store_outcomes(s, ctx, run_id, accepted)
+    results = {tid: ItemResult(tid, st) for tid, st in statuses.items()}
+    results.update({tid: ItemResult(tid, queue.AckStatus.INVALID, f"version: {bad[_version_key(b)]}")
+                    for tid, b in items if _version_key(b) in bad})
+    return results
 
 
-def _store_outcomes(s: Session, ctx: ApiContext, items: list[tuple[int, AckRequest]]) -> None:
-    """One ``consumer`` label per accepted ack, of the solver version that made it, in one multi-row
-    write; each distinct version is registered once. The queue accepts one outcome per task, so each
-    label is written once."""
-    seen: set[tuple[str, str, int | None]] = set()
-    for _, body in items:
-        name, version = body.solver_version()
-        if (name, version, body.version_order) not in seen:
-            seen.add((name, version, body.version_order))
-            _register(s, name, version, body.version_order)
-    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band())
+def _store_outcomes(s: Session, ctx: ApiContext, run_id: int, items: list[tuple[int, AckRequest]]) -> None:
+    """One ``consumer`` label of run ``run_id`` per accepted ack, of the solver version that made it (registered
+    already), in one multi-row write. The queue accepts one outcome per task, so each label is
+    written once. A solver name this daemon does not follow is logged once."""
+    ctx.notices.once(sorted({body.solver_version()[0] for _, body in items}), ctx.followed)
+    frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band(),
+                                            run_id=run_id)
 
 
-def _register(s: Session, name: str, version: str, order: int | None) -> None:
-    """Register the ack's solver version (a lower one stays a late outcome, never current); a version
-    that cannot be ordered is a 422 (nothing is stored: the caller's transaction rolls back)."""
-    try:
+def _version_key(body: AckRequest) -> solver_versions.VersionKey:
+    name, version = body.solver_version()
+    return name, version, body.version_order
+
+
+def _register_versions(s: Session, bodies: list[AckRequest]) -> None:
+    """Register each distinct version of the accepted acks (a lower one stays a late outcome, never
+    current), after the queue took them and in sorted order: every ack transaction locks its task rows
+    first, then the new versions in one order, so two of them wait for each other instead of deadlocking
+    on PostgreSQL. Checked already (:func:`solver_versions.check_registrations`); a
+    :class:`~curriculum.store.solver_versions.VersionError` here is a concurrent registration's."""
+    for name, version, order in solver_versions.sorted_keys(_version_key(b) for b in bodies):
         solver_versions.ensure_registered(s, name, version, order, source="ack")
-    except solver_versions.VersionError as err:
-        raise HTTPException(422, f"version: {err}") from None
 
 
 def _outcome(task_id: int, body: AckRequest) -> frontier_labels.TrainerOutcome:
@@ -435,10 +401,15 @@ def _outcome(task_id: int, body: AckRequest) -> frontier_labels.TrainerOutcome:
 def _status_routes(app: FastAPI) -> None:
     @app.get("/v1/status", tags=["status"])
     def status(ctx: Ctx) -> Any:
-        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes
+        """Daemon phase, cycle, heartbeat, leader, counters, degraded reasons, queue depth, active probes,
+        every solver version (``frontier``) and ``following``: the followed solver names, and once per
+        trainer-announced or acked name that is not followed, why and the setting that changes it
         (503 with the reason when the store does not answer)."""
         try:
-            return daemon_status(ctx.store, ctx.run_name)
+            info = daemon_status(ctx.store, ctx.run_name)
+            with ctx.store.session() as s:
+                info["following"] = following(s, ctx.followed)
+            return info
         except (SQLAlchemyError, StoreError) as err:
             reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__
             return JSONResponse({"detail": f"store unreachable: {reason}"}, status_code=503)

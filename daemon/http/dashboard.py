@@ -133,7 +133,7 @@ def _probe_dict(p: ProbeRow) -> dict[str, Any]:
 
 def _spotcheck_by_cycle(sess: Any, run_id: int) -> list[dict[str, int]]:
     q = (select(TaskRow.cycle, Label.in_band, func.count()).join(TaskRow, Label.task_id == TaskRow.id)
-         .where(TaskRow.run_id == run_id, Label.source == "spotcheck", TaskRow.cycle.is_not(None))
+         .where(Label.run_id == run_id, Label.source == "spotcheck", TaskRow.cycle.is_not(None))
          .group_by(TaskRow.cycle, Label.in_band))
     by_cycle: dict[int, dict[str, int]] = {}
     for cycle, in_band, n in sess.execute(q):

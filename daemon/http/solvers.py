@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from daemon.http.fields import VersionText, printable
+from daemon.http.following import notice
 
 NamePath = Annotated[str, PathParam(min_length=1, max_length=256, pattern=r"^[^@\s/][^@\s]*$",
                                     description="solver name (no '@' or whitespace; '/' allowed inside, "
@@ -54,16 +55,24 @@ def _store(request: Request) -> Store:
 def solver_routes(app: FastAPI, auth: DependsParam) -> None:
     @app.post("/v1/solvers/{name:path}/versions", dependencies=[auth], tags=["solvers"])
     def announce(name: NamePath, body: AnnounceRequest, request: Request) -> dict[str, Any]:
-        """Announce a version of solver ``name`` (idempotent; registers an unknown name)."""
+        """Announce a version of solver ``name`` (idempotent; registers an unknown name). ``followed``:
+        whether this daemon follows the name; when not, ``notice`` says so and names the setting."""
         name = _printable_name(name)
+        too_long = solver_versions.solver_id_problem(name, body.version)
+        if too_long:  # its acks and labels could never be stored (#37.3)
+            raise HTTPException(422, f"version: {too_long}")
         with _store(request).session() as s:
             try:
                 got = solver_versions.register(s, name, body.version, body.order, source="announce")
             except solver_versions.VersionError as err:
                 raise HTTPException(422, f"version: {err}") from None
             ages = solver_versions.ages(solver_versions.versions(s, name))
+        followed: tuple[str, ...] = request.app.state.ctx.followed
+        request.app.state.ctx.notices.once([name], followed)
+        line = notice(name, followed)
         return {"solver": name, "created": got.created, "is_current": got.is_current,
-                **_version(got.version, ages), "current": _version(got.current, ages)}
+                **_version(got.version, ages), "current": _version(got.current, ages),
+                "followed": line is None, **({"notice": line} if line else {})}
 
     @app.get("/v1/solvers/{name:path}/versions", dependencies=[auth], tags=["solvers"])
     def list_versions(name: NamePath, request: Request) -> dict[str, Any]:

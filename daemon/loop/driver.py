@@ -37,7 +37,7 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import health, pacing
+from daemon.loop import hacking, health, pacing
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
@@ -245,11 +245,15 @@ class Driver(HealthWatch):
         values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
         values |= self._probe_trust(cycle, state)
         values |= self._rollback_check(state, sampled.get("validity"))
+        values |= self._end_long_pauses(cycle, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         metrics = self._cycle_metrics(cycle)
         self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
-        self._escalate(cycle, state, metrics)  # the mitigations alerts applied: measured, escalated when they fail
+        escalated = self._escalate(cycle, state, metrics)  # alerts' mitigations: measured, escalated when they fail
+        if escalated:
+            self._record(cycle, escalated)  # an escalation's rollback: the same metrics as a collapse's
+            values |= escalated
         self._advance("spotcheck", cycle, state)
         return values
 
@@ -283,12 +287,17 @@ class Driver(HealthWatch):
         return chosen + remeasure, remeasure, used
 
     def _dispatch_spotchecks(self, task_ids: list[int], state: DriverState) -> None:
-        """Send each check to the version it was chosen for (an unversioned one keeps the old call)."""
+        """Send each check to the version the endpoint serves now (an unversioned one keeps the old call): a
+        check chosen for an older version (sent again past its deadline, or after a broker outage) would be run
+        by the new checkpoint, so it moves to the current version and is harvested under it (#37)."""
         if not task_ids:
             return
+        cur = self.frontier.serving_id()
         by_sid: dict[str | None, list[int]] = {}
         for t in task_ids:
             check = state.spotcheck_pending.get(t)
+            if check is not None and check.solver_id not in (None, cur):
+                check = state.spotcheck_pending[t] = check.model_copy(update={"solver_id": cur})
             by_sid.setdefault(check.solver_id if check else None, []).append(t)
         try:
             for sid, ids in by_sid.items():
@@ -341,7 +350,8 @@ class Driver(HealthWatch):
         # a task is harvested once its stored trials settle its label: all k always do, and a spot-checker with
         # spotcheck.sequential stops there (so the harvest rule needs no setting that could disagree with it)
         labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, sequential=True).items()}
+                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, run_id=self.run_id,
+                                                          sequential=True).items()}
         with self.store.session() as s:
             scores = lineage.latest_scores(s, list(labels))
             labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
@@ -506,17 +516,19 @@ class Driver(HealthWatch):
                        Label.solved, Label.valid_trials, Label.solver_id).select_from(TaskRow)
                 .join(ProbeScore, lineage.latest_score_of(TaskRow.id))
                 .join(ProbeEnsembleRow, ProbeEnsembleRow.id == ProbeScore.ensemble_id)
-                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid),
-                      isouter=True)
+                .join(Label, (Label.task_id == TaskRow.id) & (Label.source == "spotcheck") & (Label.solver_id == sid)
+                      & (Label.run_id == self.run_id), isouter=True)
                 .where(TaskRow.run_id == self.run_id, TaskRow.valid, TaskRow.cycle >= lo_cycle)
                 .where(~TaskRow.id.in_(select(QueueItem.task_id).where(QueueItem.run_id == self.run_id)))).all()
             ready = queue.ready_count(s, self.run_id)
             cands = [Candidate(r.TaskRow.id, float(r.probability), r.TaskRow.topic or "", r.in_band) for r in rows]
             self._health(state, {health.BACKPRESSURE: health.backpressure(ready, self.s.high_water_mark)})
+            suspect = health.PROBES_SUSPECT in state.degraded  # suspect probes: a raised bar, or verified only
             verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
-                        or health.PROBES_SUSPECT in state.degraded)  # suspect probes: their word alone is not enough
+                        or (suspect and self.s.suspect.response == "verified_only"))
             plan = set() if state.emission_paused_by else set(emission_plan(
-                cands, min_probability=self.s.min_probability, max_topic_share=self.s.max_topic_share,
+                cands, min_probability=hacking.min_probability(self.s.min_probability, suspect, self.s.suspect),
+                max_topic_share=self.s.max_topic_share,
                 high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
                 verified_only=verified))
             prov = self.engine.provenance()

@@ -34,8 +34,9 @@ class StallFacts:
 
     @property
     def gate(self) -> str:
-        return ("spot-check-verified tasks only (labels missing too long)" if self.verified_only
-                else "probe predictions or a verified in-band label")
+        if self.verified_only:
+            return "spot-check-verified tasks only (labels missing too long, or the probes are suspect)"
+        return "probe predictions or a verified in-band label"
 
 
 def stall_facts(cands: Sequence[Candidate], *, min_probability: float, paused_topics: frozenset[str],

@@ -12,7 +12,9 @@ rule's condition:
   ``mitigation`` → ``rollback`` (the generator to its last healthy checkpoint,
   :mod:`daemon.loop.rollback`) → ``pause_emission`` (nothing is emitted until the metric is back).
 
-Every step is logged as one readable line (:func:`describe`).
+Every step is logged as one readable line (:func:`describe`). A pause lasts at most
+``health.max_paused_cycles`` (:func:`expired`); when the rule's alert resolves (or the rule leaves the
+config), its record is dropped by the alerts hook (:func:`drop_resolved`).
 """
 
 from __future__ import annotations
@@ -92,3 +94,21 @@ def describe(a: Applied, decision: Decision, cycle: int, value: float, nxt: Appl
         return f"{head} worked: {a.metric} is {value:.3g} at cycle {cycle:,}, no longer {a.comparator} {a.threshold:g}"
     return (f"{head} did not bring {a.metric} back ({a.comparator} {a.threshold:g}) within {cycle - a.cycle} cycles "
             f"(now {value:.3g}): escalating to {nxt.action if nxt else 'nothing'}")
+
+
+def drop_resolved(current: Sequence[Applied], resolved: Sequence[str]) -> list[Applied]:
+    """The records left once the rules ``resolved`` (alert resolved, or rule removed) are dropped."""
+    return [a for a in current if a.rule not in set(resolved)]
+
+
+def expired(current: Sequence[Applied], cycle: int, max_paused: int) -> tuple[list[Applied], list[Applied]]:
+    """(kept, ended): emission pauses older than ``max_paused`` cycles end (0: never)."""
+    def over(a: Applied) -> bool:
+        return LEVELS[a.level] == "pause_emission" and max_paused > 0 and cycle - a.cycle >= max_paused
+    return [a for a in current if not over(a)], [a for a in current if over(a)]
+
+
+def describe_expired(a: Applied, cycle: int) -> str:
+    """The log line of an emission pause that ran out."""
+    return (f"alert {a.rule}: emission paused since cycle {a.cycle:,} and {a.metric} still not back "
+            f"({a.comparator} {a.threshold:g}) at cycle {cycle:,}: the pause ends (health.max_paused_cycles)")

@@ -30,7 +30,7 @@ from curriculum.frontier.staleness import StalenessPolicy
 from curriculum.probing import retrain
 from curriculum.store import lineage, repo, solver_versions
 from curriculum.store.db import Store
-from curriculum.store.models import ProbeRow, SolverTrial
+from curriculum.store.models import ProbeEnsembleRow, ProbeRow, SolverTrial
 from daemon.loop.ports import DispatchError, Engine, Retrainer, SpotChecker
 from daemon.loop.state import Champion, DriverState
 from probes.band import Band
@@ -107,7 +107,7 @@ class FrontierTracker:
                  new, len(got.sample), {k: list(got.sample.values()).count(k) for k in drift.STRATA})
 
     def observe_drift(self, cycle: int) -> dict[str, float]:
-        """Fold new-version labels of the sampled tasks into each open measurement; the latest score.
+        """Fold new-version labels of the sampled tasks into each open measurement; the latest finished score.
 
         A measurement closes when its sample is labelled, after ``drift_max_cycles``, or as soon as a
         newer version is announced (superseded: spot-checks no longer go to its version, so it could
@@ -116,7 +116,8 @@ class FrontierTracker:
         cur = self.current_version()
         with self.store.session() as s:
             for m in drift.measurements(s, self.run_id, self.name, "measuring"):
-                labels = [r for r in frontier_labels.label_records(s, self.name, task_ids=list(m.sample))
+                labels = [r for r in frontier_labels.label_records(s, self.name, run_id=self.run_id,
+                                                                            task_ids=list(m.sample))
                           if r.solver_version == m.new_version]
                 pairs = drift.measured_pairs(m.sample, labels, self.band)
                 labelled = {r.task_id for r in labels if r.source == "spotcheck"}
@@ -126,7 +127,9 @@ class FrontierTracker:
                 if m.state == "done":
                     log.info("drift of %s %s: %s over %d tasks, matrix %s", self.name, m.new_version,
                              "n/a" if m.score is None else f"{m.score:.2f}", m.measured, m.matrix)
-            latest = [m for m in drift.measurements(s, self.run_id, self.name) if m.score is not None]
+            # only a finished measurement is a drift score: a partial one (a few tasks re-measured, formerly
+            # in-band ones first) would fire the frontier_drift alert on a sample of one or two (#37)
+            latest = [m for m in drift.measurements(s, self.run_id, self.name, "done") if m.score is not None]
         if latest:
             out["drift_score"] = float(latest[-1].score or 0.0)
             out["drift_measured"] = float(latest[-1].measured)
@@ -202,10 +205,15 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
     with driver.store.session() as s:
         champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
         written = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
+        combine = s.scalars(select(ProbeEnsembleRow.combine).where(ProbeEnsembleRow.run_id == driver.run_id)
+                            .order_by(ProbeEnsembleRow.id.desc()).limit(1)).first() or "min"
     state.refresh_labels_at = written
     state.refresh_retry = None
+    # the challenger is an ensemble of as many members as the champion's (probes.members), combined alike
     spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
                    champion=champions[0].artifact_uri if champions else "",
+                   champion_members=[p.artifact_uri for p in champions], members=max(1, len(champions)),
+                   combine=combine,
                    holdout_share=driver.s.frontier.refresh_holdout_share,
                    refresh_min_labels=driver.s.frontier.refresh_min_labels)
     log.info("primary-probe refresh %s: %s", spec.name, why)
@@ -262,9 +270,9 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
     now = driver.clock()
     with driver.store.session() as s:
         aux = [p.id for p in repo.active_probes(s, driver.run_id) if p.role == "aux"]
-        repo.set_active_probes(s, [job.probe_id, *aux], driver.run_id)
-        row = s.get(ProbeRow, job.probe_id)
-        if row is not None:  # when it took the lead (the operator view shows it)
+        members = [int(i) for i in job.result.get("member_probe_ids") or [job.probe_id]]
+        repo.set_active_probes(s, [*members, *aux], driver.run_id)  # the whole challenger ensemble leads
+        for row in s.scalars(select(ProbeRow).where(ProbeRow.id.in_(members))):  # when (the operator view)
             row.meta = {**dict(row.meta), "promoted_at": now.isoformat(timespec="seconds"),
                         "promoted_cycle": job.spec.cycle}
     driver._reload_probes()
@@ -279,8 +287,9 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
 
 
 def retire_ready(driver: Driver) -> int:
-    """Re-score the run's ready tasks with the new primary: those below the emission threshold go stale,
-    the others carry the new probability (lease selection by ``predicted_in_band`` sees it)."""
+    """Re-score the run's ready tasks with the new primary: those below the emission threshold go stale —
+    except those the current solver version's spot-check verified in band (emission trusts that verdict
+    over any score) — the others carry the new probability (lease selection by ``predicted_in_band`` sees it)."""
     rows = refresh.ready_tasks(driver.store, driver.run_id)
     if not rows:
         return 0
@@ -291,4 +300,5 @@ def retire_ready(driver: Driver) -> int:
         lineage.record_probe_scores(s, ensemble, [(t, lg, p) for (t, *_), lg, p in
                                                   zip(rows, scored.logits, scored.probabilities, strict=True)])
     probs = {t: p for (t, *_), p in zip(rows, scored.probabilities, strict=True)}
-    return refresh.rescore_ready(driver.store, driver.run_id, probs, driver.s.min_probability)
+    verified = refresh.verified_in_band(driver.store, driver.run_id, driver.frontier.serving_id(), list(probs))
+    return refresh.rescore_ready(driver.store, driver.run_id, probs, driver.s.min_probability, verified)

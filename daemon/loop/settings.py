@@ -44,3 +44,4 @@ class DriverSettings:
     suspect: hacking.SuspectLimits = field(default_factory=hacking.SuspectLimits.off)  # when the probes are suspect
     rollback: rollback.RollbackRule = field(default_factory=rollback.RollbackRule)  # validity collapse (off: 0)
     escalate_after_cycles: int = 20  # a mitigation whose metric is not back after this many cycles escalates
+    max_paused_cycles: int = 30  # an emission pause ends after this many cycles (0: never)

@@ -99,12 +99,17 @@ class DriverState(BaseModel):
                                   "full): daemon.loop.emission_watch")
     utility: UtilityView | None = Field(None, description="predicted and verified utility of the last "
                                         "spot-check phase (daemon.loop.utility)")
-    topic_baseline: dict[str, float] = Field(default_factory=dict, description="topic shares of the first sampled "
-                                             "cycle: the hacking signal's reference (daemon.loop.hacking)")
+    topic_baseline: dict[str, float] = Field(default_factory=dict, description="topic counts of the first sampled "
+                                             "cycles under the current probes: the hacking signal's reference "
+                                             "(daemon.loop.hacking)")
+    topic_baseline_cycles: int = Field(0, ge=0, description="sampled cycles summed into the topic baseline")
+    topic_baseline_probes: str = Field("", description="the probe ensemble the baseline was taken under")
     suspect_until: int = Field(-1, description="the probes are suspect through this cycle")
     suspect_why: str = ""
-    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity and "
-                                     "trusted probes): the rollback target, pinned (daemon.loop.rollback)")
+    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity): "
+                                     "the rollback target, pinned (daemon.loop.rollback)")
+    rolled_back_to: int | None = Field(None, description="the step of the last rollback: not rolled back to "
+                                       "again until a healthy cycle gives a new target")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     mitigations: list[Applied] = Field(default_factory=list, description="mitigations applied by alerts, measured "
                                        "and escalated (daemon.loop.escalation)")

@@ -10,6 +10,7 @@ driver state, and report through the driver's degraded-state merge (``_health``)
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from sqlalchemy import func, select
 
@@ -38,8 +39,9 @@ class HealthWatch:
     def _utility(self, cycle: int, sid: str, state: DriverState, predicted: float | None) -> dict[str, float]:
         """Verified utility of the window next to the cycle's predicted utility (daemon.loop.utility)."""
         window = self.s.verified_window_cycles
-        in_band, labelled = utility.verified_counts(self.store, self.run_id, sid, cycle, window, self.s.min_probability)
-        state.utility = utility.view(cycle, predicted, in_band, labelled, window)
+        in_band, labelled, prob = utility.verified_counts(self.store, self.run_id, sid, cycle, window,
+                                                          self.s.min_probability)
+        state.utility = utility.view(cycle, predicted, in_band, labelled, window, prob)
         out = {"verified_labels": float(labelled)}
         if state.utility.verified is not None:
             out["verified_utility"] = state.utility.verified
@@ -53,17 +55,17 @@ class HealthWatch:
                                                           TaskRow.valid).group_by(TaskRow.topic))}
         if not counts:
             return {}
-        state.topic_baseline = state.topic_baseline or hacking.shares(counts)
-        u = state.utility
-        sig = hacking.Signals(topic_js=hacking.js_divergence(counts, state.topic_baseline),
-                              top_topic_share=max(hacking.shares(counts).values()),
-                              predicted=u.predicted if u else None, verified=u.verified if u else None,
-                              verified_labels=u.labels if u else 0)
+        probes = str(self.engine.provenance().get("probe_ensemble_id") or "")
+        state.topic_baseline, state.topic_baseline_cycles = hacking.baseline(
+            state.topic_baseline, state.topic_baseline_cycles, counts, probes, state.topic_baseline_probes,
+            self.s.suspect)
+        state.topic_baseline_probes = probes  # new probes (promotion, aux probe): a new baseline
+        sig = hacking.signals(counts, state.topic_baseline, state.utility)
         why = hacking.reasons(sig, self.s.suspect)
         state.suspect_until = hacking.suspect_until(cycle, why, state.suspect_until, self.s.suspect)
         state.suspect_why = "; ".join(why) or state.suspect_why
-        self._health(state, {health.PROBES_SUSPECT: hacking.probes_suspect(cycle, state.suspect_until, why,
-                                                                          state.suspect_why)})
+        self._health(state, {health.PROBES_SUSPECT: hacking.probes_suspect(
+            cycle, state.suspect_until, why, state.suspect_why, hacking.acting(self.s.suspect))})
         return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
 
     def _rollback_check(self, state: DriverState, validity: float | None) -> dict[str, float]:
@@ -72,25 +74,41 @@ class HealthWatch:
         if not rule.on or validity is None:
             return {}
         step = int(self.engine.provenance().get("generator_step") or 0)
-        doubtful = health.PROBES_SUSPECT in state.degraded or bool(state.mitigations)  # suspect, or an alert open
-        if rollback.is_healthy(validity, doubtful, rule):
+        if rollback.is_healthy(validity, rule):  # validity alone: suspect probes say nothing about the generator
             state.healthy_step = step
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
         wanted = rollback.target(state.low_validity_cycles, rule, state.healthy_step, step)
         if wanted is None:
             return {}
-        restored = self.engine.rollback(wanted)
-        log.warning("%s", rollback.describe(rule, validity, step, restored, wanted))
         state.low_validity_cycles = 0
+        return self._roll_back(state, wanted, step, rollback.collapse(rule, validity))
+
+    def _roll_back(self, state: DriverState, wanted: int, step: int, why: str) -> dict[str, float]:
+        """Roll the generator back to ``wanted`` (one log line and the same metrics for a collapse and an
+        escalation); never twice to the same step without a healthy cycle since."""
+        if rollback.repeated(wanted, state.rolled_back_to):
+            log.warning("%s", rollback.describe_repeat(why, wanted))
+            return {"rolled_back": 0.0, "rollback_repeated": 1.0}
+        restored = self.engine.rollback(wanted)
+        log.warning("%s", rollback.describe(self.s.rollback, why, step, restored, wanted))
         if restored is None:
             state.healthy_step = None  # not recorded: the next healthy cycle sets a new one
             return {"rolled_back": 0.0}
         state.totals.rollbacks += 1
+        state.rolled_back_to = state.healthy_step = restored
         return {"rolled_back": 1.0, "rollback_step": float(restored)}
 
-    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float]) -> None:
+    def _end_long_pauses(self, cycle: int, state: DriverState) -> dict[str, float]:
+        """Emission pauses past ``health.max_paused_cycles`` end, logged (the metric an alert rule watches)."""
+        state.mitigations, ended = escalation.expired(state.mitigations, cycle, self.s.max_paused_cycles)
+        for a in ended:
+            log.warning("%s", escalation.describe_expired(a, cycle))
+        return {"emission_pause_expired": float(len(ended))}
+
+    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float]) -> dict[str, float]:
         """Measure each applied mitigation; drop it when its metric is back, escalate it when it is not."""
         kept: list[escalation.Applied] = []
+        out: dict[str, float] = {}
         for a in state.mitigations:
             value = metrics.get(a.metric)
             decision = escalation.decide(a, cycle, value, self.s.escalate_after_cycles)
@@ -100,18 +118,20 @@ class HealthWatch:
             if decision == "worked":
                 log.info("%s", escalation.describe(a, decision, cycle, value))
                 continue
-            target = state.healthy_step if self.s.rollback.on else None
-            nxt = escalation.escalated(a, cycle, value, skip_rollback=target is None)
+            step = int(self.engine.provenance().get("generator_step") or 0)
+            target = rollback.target(1, replace(self.s.rollback, cycles=1), state.healthy_step, step)
+            skip = target is None or rollback.repeated(target, state.rolled_back_to)  # not again: next level
+            nxt = escalation.escalated(a, cycle, value, skip_rollback=skip)
             log.warning("%s", escalation.describe(a, decision, cycle, value, nxt))
             if escalation.LEVELS[nxt.level] == "rollback" and target is not None:
-                restored = self.engine.rollback(target)
-                state.totals.rollbacks += int(restored is not None)
+                out |= self._roll_back(state, target, step, f"alert {a.rule} escalated")
             kept.append(nxt)
         state.mitigations = kept
         paused = [a for a in kept if escalation.LEVELS[a.level] == "pause_emission"]
         state.emission_paused_by = [a.rule for a in paused]
         lines = {a.rule: f"alert {a.rule} ({a.metric} {a.comparator} {a.threshold:g})" for a in paused}
         self._health(state, {health.EMISSION_PAUSED: health.emission_paused(state.emission_paused_by, lines)})
+        return out
 
     def _emission_health(self, state: DriverState, cands: list[Candidate], emitted: int, ready: int,
                          verified: bool) -> None:

@@ -6,7 +6,7 @@ Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``,
 * **gauges** — the values a phase records in the ``metrics`` table (:func:`export_gauges`), e.g.
   ``self_bleu3`` → ``propel_self_bleu3_ratio``, ``retrain_pending`` → ``propel_retrain_pending``,
   ``drift_score`` → ``propel_drift_score_ratio`` (latest drift measurement of the solver's newest
-  version); see :data:`GAUGES`;
+  version; NaN until a drift was measured, see :data:`UNMEASURED_NAN`); see :data:`GAUGES`;
 * **totals** — the run's monotonic counts kept in ``DriverState.totals`` (:func:`export_totals`):
   ``propel_tasks_emitted_total``, ``propel_solver_trials_total``, ``propel_aux_retrains_total``,
   ``propel_primary_refreshes_total`` (challengers promoted), ``propel_stale_tasks_total`` (ready
@@ -22,6 +22,7 @@ Plus ``propel_cycle``, ``propel_alerts_fired_total{rule,severity}``, ``propel_al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -48,11 +49,13 @@ GAUGES: dict[str, tuple[str, str]] = {
                          "tasks of the last emission.verified_window_cycles cycles (absent: unverified)"),
     "verified_labels": ("propel_verified_labels", "Labels the verified utility is over (0: unverified)"),
     "probes_suspect": ("propel_probes_suspect", "1 while hacking signals say the probes are not trustworthy "
-                       "(degraded: probes_suspect; only verified tasks are emitted)"),
-    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the run's "
-                 "first sampled cycle (drift from the probes' training distribution)"),
+                       "(degraded: probes_suspect; emission per health.suspect_response)"),
+    "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the "
+                 "baseline of the first health.suspect_baseline_cycles cycles under the current probes"),
     "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
                          "cycles (degraded: emission_stalled)"),
+    "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
+                               "health.max_paused_cycles and were ended this cycle"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }
@@ -67,8 +70,10 @@ TOTALS: dict[str, tuple[str, str]] = {
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
     "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity "
-                  "collapse)"),
+                  "collapse or an escalated alert)"),
 }
+#: Gauges that read NaN until first measured: a 0 there would read as "measured, nothing found".
+UNMEASURED_NAN: tuple[str, ...] = ("drift_score",)
 QUEUE_METRIC = "queue_ready"
 PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned",
                                      "primary_refreshed", "stale_retired", "drift_remeasured")
@@ -114,6 +119,8 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
         work_yielded=Counter("propel_work_yielded_seconds", "Seconds the training work was held while "
                              "trainers used the queue API (api.yield_to_api)", registry=reg),
     )
+    for key in UNMEASURED_NAN:  # "never measured" is NaN, never 0.0 ("no drift")
+        gauges[key].set(math.nan)
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape
         metrics.phase_duration.labels(phase=phase)
     for state in QUEUE_STATES:

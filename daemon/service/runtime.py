@@ -177,7 +177,9 @@ class ServiceHooks(DriverHooks):
         # fires and resolves are printed once, by the alert manager's LogSink (with value and mitigation)
         for event in res.resolved:
             paused -= set(state.paused_by.pop(event.rule, []))
-        state.mitigations = escalation.record(state.mitigations, res.fired)  # measured, escalated by the driver
+        # a resolved alert (or a rule removed from the config) ends its escalation: a pause it set is lifted
+        kept = escalation.drop_resolved(state.mitigations, [e.rule for e in res.resolved])
+        state.mitigations = escalation.record(kept, res.fired)  # measured, escalated by the driver
         for m in res.mitigations:
             if m.kind == MitigationKind.RAISE_KL:
                 state.kl_factor = float(m.factor or 2.0)

@@ -90,6 +90,25 @@ def build_configured_solver(cfg: PropelConfig) -> SolverBackend:
     return build_solver(**solver_kwargs(cfg))
 
 
+def followed_solver_name(cfg: PropelConfig) -> str:
+    """The solver name this daemon follows: ``solver.name``, else the configured backend's id (an
+    ``hf`` model is named from its path without loading it; the others are cheap to construct)."""
+    if cfg.solver.name:
+        return cfg.solver.name
+    if cfg.solver.backend == "hf" and cfg.solver.model:
+        return f"hf:{cfg.solver.model}"  # HFSolver and VersionedHFSolver: "hf:" + the configured model
+    return build_configured_solver(cfg).solver_id
+
+
+def followed_names(cfg: PropelConfig) -> tuple[str, ...]:
+    """:func:`followed_solver_name` for the API and ``propel status``: empty (say nothing about
+    following) when the configured solver cannot be built here, e.g. its model is not installed."""
+    try:
+        return (followed_solver_name(cfg),)
+    except (ValueError, OSError, ImportError):
+        return ()
+
+
 def sampling(cfg: PropelConfig) -> Sampling:
     """The solver's sampling settings for spot-checks."""
     return Sampling(temperature=cfg.solver.temperature, max_tokens=cfg.solver.max_tokens)
@@ -186,7 +205,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
         rollback=RollbackRule(validity=cfg.health.rollback_validity, cycles=cfg.health.rollback_cycles,
                               healthy_validity=cfg.health.healthy_validity),
-        escalate_after_cycles=cfg.health.escalate_after_cycles,
+        escalate_after_cycles=cfg.health.escalate_after_cycles, max_paused_cycles=cfg.health.max_paused_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))
 
@@ -195,7 +214,9 @@ def suspect_limits(cfg: PropelConfig) -> SuspectLimits:
     """When the probes are suspect of being reward-hacked (``[health]``)."""
     h = cfg.health
     return SuspectLimits(max_topic_js=h.suspect_topic_js, max_top_topic_share=h.suspect_top_topic_share,
-                         max_gap=h.suspect_gap, min_labels=h.suspect_min_labels, hold_cycles=h.suspect_hold_cycles)
+                         max_gap=h.suspect_gap, min_labels=h.suspect_min_labels, hold_cycles=h.suspect_hold_cycles,
+                         baseline_cycles=h.suspect_baseline_cycles, response=h.suspect_response,
+                         raise_by=h.suspect_raise)
 
 
 def staleness_policy(cfg: PropelConfig) -> StalenessPolicy:

@@ -48,7 +48,7 @@ def _seed(store: Store, run: str = "demo", cycles: int = 16) -> None:
                                   topic="+:1", cycle=c) for i in range(4)]
             ids = repo.add_tasks(sess, run_id, tasks)
             for i, tid in enumerate(ids):
-                repo.upsert_label(sess, tid, "synthetic", "spotcheck", k=8, solved=i, valid_trials=8,
+                repo.upsert_label(sess, tid, "synthetic", "spotcheck", run_id=run_id, k=8, solved=i, valid_trials=8,
                                   band=(1, 3), in_band=1 <= i <= 3 if i < 3 else None)
             q.enqueue(sess, [(tid, run_id, "+:1", {"id": tid}) for tid in ids[:2]])
         manager.on_cycle(c, values, dominant_topic="+:1")

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from click.testing import CliRunner
@@ -21,7 +22,7 @@ from daemon.cli.main import cli
 from daemon.config import config_from_mapping
 from daemon.http.dashboard_status import collect_status, render_status
 from daemon.http.run_status import daemon_status
-from daemon.loop import health
+from daemon.loop import hacking, health
 from daemon.loop.driver import Driver
 from daemon.loop.hacking import SuspectLimits
 from daemon.loop.progress import Progress
@@ -156,11 +157,14 @@ def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path
         hooks.close()
 
 
-def test_a_probe_the_solver_contradicts_is_suspect_and_only_verified_tasks_are_emitted(
-        sqlite_store: Store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("response", ["tighten", "verified_only"])
+def test_a_probe_the_solver_contradicts_is_suspect_and_emission_tightens(
+        sqlite_store: Store, tmp_path: Path, response: Literal["tighten", "verified_only"]) -> None:
     """The fake probe says ~60 % in band where the synthetic solver finds ~25 %: the gap trips, the probes are
-    suspect (degraded, with the numbers), and from then on every emitted task carries an in-band spot-check."""
-    limits = SuspectLimits(max_topic_js=1.0, max_top_topic_share=1.0, max_gap=0.2, min_labels=10, hold_cycles=3)
+    suspect (degraded, with the numbers). From then on, by default (``tighten``) emission goes on above the raised
+    threshold (min_probability 0.3 + 0.1); under ``verified_only`` every emitted task carries an in-band spot-check."""
+    limits = SuspectLimits(max_topic_js=1.0, max_top_topic_share=1.0, max_gap=0.2, min_labels=10, hold_cycles=3,
+                           response=response, raise_by=0.1)
     driver, _ = make_driver(sqlite_store, tmp_path, suspect=limits, retrain_min_false_positives=10**6)
     for _ in range(3):
         values = _cycle_values(driver)
@@ -168,13 +172,18 @@ def test_a_probe_the_solver_contradicts_is_suspect_and_only_verified_tasks_are_e
             break
     state = driver.state()[2]
     assert health.PROBES_SUSPECT in state.degraded, values
-    assert "predicted utility" in state.degraded[health.PROBES_SUSPECT]["detail"]
+    detail = state.degraded[health.PROBES_SUSPECT]["detail"]
+    assert "predicted utility" in detail and hacking.acting(limits) in detail
     suspect_from = driver.state()[1]
     _cycle_values(driver)
     with sqlite_store.session() as s:
         later = [q.message for q in s.scalars(select(QueueItem).join(TaskRow, TaskRow.id == QueueItem.task_id)
                                               .where(TaskRow.cycle >= suspect_from))]
-    assert later and all(m["spot_check"] and m["spot_check"]["in_band"] for m in later)
+    assert later
+    if response == "verified_only":
+        assert all(m["spot_check"] and m["spot_check"]["in_band"] for m in later)
+    else:
+        assert all(m["predicted_in_band"] >= 0.4 or (m["spot_check"] or {}).get("in_band") for m in later)
 
 
 def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
@@ -191,10 +200,17 @@ def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
     assert 20 in engine.pinned  # the rl phases kept the target from being pruned
     said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
     assert said == ["validity below 30% for 2 cycles in a row (last 5%): generator rolled back from step 40 to "
-                    "step 20, the last cycle with validity ≥ 80%, trusted probes and no open mitigation"]
+                    "step 20, the last cycle with validity ≥ 80%"]
     state = driver.state()[2]
     assert state.totals.rollbacks == 1 and state.low_validity_cycles == 0
-    assert _cycle_values(driver)["validity"] > 0.8  # the restored policy
+    engine.validity_override = 0.05  # collapses again with no healthy cycle since: not back to step 20 again
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        again = [_cycle_values(driver) for _ in range(2)]
+    assert [v.get("rollback_repeated") for v in again] == [None, 1.0] and engine.rollbacks == [20]
+    assert any("not rolling the generator back to step 20 again" in r.getMessage() for r in caplog.records)
+    engine.validity_override = None
+    assert _cycle_values(driver)["validity"] > 0.8  # healthy again: a new target
+    assert driver.state()[2].healthy_step not in (None, 20)
 
 
 def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_emission(
@@ -203,7 +219,7 @@ def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_e
     mitigation escalates to a rollback, after 2 more to pausing emission; once validity is back, it worked
     and emission resumes — each step one readable line."""
     driver, engine = make_driver(sqlite_store, tmp_path, escalate_after_cycles=2, retrain_min_false_positives=10**6,
-                                 rollback=RollbackRule(validity=0.01, cycles=99, healthy_validity=0.8))
+                                 rollback=RollbackRule(validity=0.01, cycles=99, healthy_validity=0.85))
     cfg = config_from_mapping({"alerts": {"rules": [{"name": "validity_dip", "metric": "validity", "comparator": "<",
                                                      "threshold": 0.95, "mitigation": {"kind": "raise_kl",
                                                                                        "factor": 3.0}}]}}, env={})
@@ -211,10 +227,17 @@ def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_e
     driver.hooks = hooks
     try:
         with caplog.at_level(logging.INFO, logger="propel"):
-            emitted = [_cycle_values(driver)["emitted"] for _ in range(5)]
+            emitted = [_cycle_values(driver)["emitted"]]  # step 10 at ~90 % valid: healthy (judged on validity)
+            engine.validity_override = 0.82  # below healthy (0.85), still breaking the rule (< 0.95)
+            emitted += [_cycle_values(driver)["emitted"] for _ in range(4)]
             state = driver.state()[2]
             assert [a.level for a in state.mitigations] == [2] and state.emission_paused_by == ["validity_dip"]
             assert engine.rollbacks == [10] and emitted[4] == 0 and all(e > 0 for e in emitted[:4]), emitted
+            assert state.totals.rollbacks == 1  # counted, and the same metrics as a validity rollback
+            assert {k: driver._cycle_metrics(2).get(k) for k in ("rolled_back", "rollback_step")} == {
+                "rolled_back": 1.0, "rollback_step": 10.0}
+            assert any(r.getMessage() == "alert validity_dip escalated: generator rolled back from step 30 to step "
+                       "10, the last cycle with validity ≥ 85%" for r in caplog.records)
             assert "emission paused by escalation" in state.degraded[health.EMISSION_PAUSED]["detail"]
             engine.validity_override = 1.0  # the policy recovers
             assert _cycle_values(driver)["emitted"] > 0  # measured in the spot-check phase: resumed the same cycle
@@ -222,8 +245,55 @@ def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_e
         assert any("mitigation: raise the KL coefficient ×3 for the next RL chunk" in line for line in lines)
         assert [line.split(": escalating to ")[-1] for line in lines if "escalating" in line] == [
             "a generator rollback", "pausing emission"]
-        assert any(line.startswith("alert validity_dip: pausing emission (applied at cycle 4") and "worked" in line
-                   for line in lines), lines
+        # the alert resolved: the hook drops its escalation record, so the pause is lifted the same cycle (#34)
+        assert any(line.startswith("alert validity_dip resolved") for line in lines), lines
         assert driver.state()[2].mitigations == [] and health.EMISSION_PAUSED not in driver.state()[2].degraded
+    finally:
+        hooks.close()
+
+
+def _paused_by_validity_dip(store: Store, tmp_path: Path, **kw: object) -> tuple[Driver, ServiceHooks]:
+    """A driver whose ``validity_dip`` escalation paused emission (no rollback: off)."""
+    driver, engine = make_driver(store, tmp_path, escalate_after_cycles=1, retrain_min_false_positives=10**6,
+                                 **kw)  # type: ignore[arg-type]
+    engine.validity_override = 0.82
+    hooks = _hooks(store, driver, [{"name": "validity_dip", "metric": "validity", "comparator": "<",
+                                    "threshold": 0.95, "mitigation": {"kind": "raise_kl", "factor": 3.0}}])
+    for _ in range(3):
+        _cycle_values(driver)
+    assert driver.state()[2].emission_paused_by == ["validity_dip"]
+    return driver, hooks
+
+
+def _hooks(store: Store, driver: Driver, rules: list[dict[str, object]]) -> ServiceHooks:
+    cfg = config_from_mapping({"alerts": {"rules": rules}}, env={})
+    driver.hooks = ServiceHooks(cfg, store, driver.run_id, build_metrics(), Progress(Console(file=io.StringIO())))
+    return driver.hooks
+
+
+def test_a_rule_removed_from_the_config_lifts_the_pause_it_set(sqlite_store: Store, tmp_path: Path) -> None:
+    """The rule leaves the config (a restart): its alert resolves, and the hook drops its escalation record —
+    before, the record kept its old threshold and emission stayed paused for ever."""
+    driver, hooks = _paused_by_validity_dip(sqlite_store, tmp_path, max_paused_cycles=0)
+    hooks.close()
+    hooks = _hooks(sqlite_store, driver, [{"name": "v", "metric": "validity", "comparator": "<", "threshold": 0.1}])
+    try:
+        assert _cycle_values(driver)["emitted"] > 0  # validity still 0.82: only the rule's removal lifts it
+        state = driver.state()[2]
+        assert state.mitigations == [] and state.emission_paused_by == []
+    finally:
+        hooks.close()
+
+
+def test_an_emission_pause_ends_after_max_paused_cycles(sqlite_store: Store, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    driver, hooks = _paused_by_validity_dip(sqlite_store, tmp_path, max_paused_cycles=2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="propel"):
+            values = [_cycle_values(driver) for _ in range(3)]
+        # paused at cycle 1: ended at cycle 3, and not paused again while the alert stays open
+        assert [v["emission_pause_expired"] for v in values] == [1.0, 0.0, 0.0]
+        assert all(v["emitted"] > 0 for v in values) and driver.state()[2].emission_paused_by == []
+        assert any("the pause ends (health.max_paused_cycles)" in r.getMessage() for r in caplog.records)
     finally:
         hooks.close()

@@ -4,6 +4,8 @@ score lands in the store and the metrics (real store, real in-process spot-check
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -18,6 +20,9 @@ from curriculum.store.models import Label, MetricPoint, RetrainJob, SolverTrial
 from daemon.http.api import ApiContext, create_app
 from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
+from daemon.ops.alerts.manager import AlertManager
+from daemon.ops.alerts.rules import DEFAULT_RULES
+from daemon.ops.alerts.sinks import LogSink
 from daemon.ops.metrics import build_metrics
 from testkit.driver import make_driver
 from testkit.servers import serve_app
@@ -119,3 +124,65 @@ def test_a_newer_announce_closes_the_open_measurement_with_what_it_measured(stor
         got = drift.measurements(s, driver.run_id, name)
     assert [(m.new_version, m.state) for m in got] == [("step-100", "done"), ("step-200", "measuring")]
     assert got[0].measured >= first.measured and got[0].score is not None
+
+
+def test_the_drift_alert_waits_for_a_finished_measurement(store: Store, tmp_path: Path) -> None:
+    """A measurement re-measures its sample over several cycles (formerly in-band tasks first); until it is
+    done no ``drift_score`` is recorded, so ``frontier_drift`` cannot fire on the first one or two tasks (#37)."""
+    frontier = FrontierSettings(drift_budget_share=0.25, drift_per_stratum=4)
+    driver, _ = make_driver(store, tmp_path, frontier=frontier, budget_per_cycle=12)
+    name = driver.spot.solver_id
+    _tick_to(driver, "rl", 2)
+    with store.session() as s:
+        solver_versions.register(s, name, "step-100", source="announce")
+    _solver(driver).set_skill(12.0)
+    manager = AlertManager(store, driver.run_id, "drv", DEFAULT_RULES, [LogSink()])
+    seen = []
+    for cycle in range(2, 9):
+        _tick_to(driver, "rl", cycle + 1)
+        with store.session() as s:
+            [m] = drift.measurements(s, driver.run_id, name)
+            values = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
+                MetricPoint.run_id == driver.run_id, MetricPoint.cycle == cycle)).all())
+        fired = manager.on_cycle(cycle, values).fired
+        seen.append((cycle, m.state, m.measured, "drift_score" in values, [a.rule for a in fired]))
+        if m.state == "measuring":
+            assert "drift_score" not in values and "frontier_drift" not in [a.rule for a in fired], seen
+    assert any(state == "measuring" and measured > 0 for _, state, measured, _, _ in seen), seen  # partial first
+    assert m.state == "done" and m.score is not None and m.score > 0.3, seen
+    assert any(has and "frontier_drift" in rules for _, _, _, has, rules in seen), seen  # fires once it is done
+
+
+class _NeverLands:
+    """A broker whose spot-checks never land; it records the version each batch was sent to."""
+
+    solver_id = "synthetic:lost"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str | None, list[int]]] = []
+
+    def dispatch(self, task_ids: Sequence[int], k: int, solver_id: str | None = None) -> None:
+        self.sent.append((solver_id, list(task_ids)))
+
+
+def test_a_check_sent_again_after_an_announce_goes_to_the_version_served(store: Store, tmp_path: Path) -> None:
+    """A check past its deadline is sent again; after an announce the endpoint serves the new checkpoint, so
+    the check (and the label harvested from it) moves to that version instead of recording the new
+    checkpoint's attempts under the old one (#37)."""
+    driver, _ = make_driver(store, tmp_path, spotcheck_deadline_s=600.0, spotcheck_redispatches=2)
+    now = [datetime(2026, 11, 23, 12, 0, tzinfo=UTC)]
+    lost, driver.clock = _NeverLands(), lambda: now[0]
+    driver.spot = lost
+    with store.session() as s:
+        solver_versions.register(s, lost.solver_id, "step-1")
+    _tick_to(driver, "retrain", 0)
+    (sid, first), = lost.sent
+    assert sid == f"{lost.solver_id}@step-1"
+    with store.session() as s:
+        solver_versions.register(s, lost.solver_id, "step-2")
+    now[0] += timedelta(seconds=601)
+    _tick_to(driver, "retrain", 1)
+    again = {t: v for v, ids in lost.sent[1:] for t in ids if t in first}
+    pending = driver.state()[2].spotcheck_pending
+    assert set(again) == set(first) and set(again.values()) == {f"{lost.solver_id}@step-2"}
+    assert {pending[t].solver_id for t in first} == {f"{lost.solver_id}@step-2"}  # harvested under it too

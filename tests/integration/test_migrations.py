@@ -269,3 +269,53 @@ def test_0007_queue_accepts_stale_and_downgrade_turns_it_dead(db: str, tmp_path:
             downgrade(url, "base")
             upgrade(url)
     assert states == {1: "dead", 2: "ready"}
+
+
+_LABEL_0009 = ("INSERT INTO labels (task_id, solver_id, solver_name, solver_version, source, k, solved, valid_trials, "
+               "errors, band_lo, band_hi, in_band, updated_at) VALUES (:t, 'p@1', 'p', '1', 'consumer', 8, :n, 8, 0, "
+               "1, 3, true, :at)")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_0010_keys_labels_by_run_and_downgrade_keeps_the_tasks_own(db: str, tmp_path: Path,
+                                                                   request: pytest.FixtureRequest) -> None:
+    """Upgrade gives each label its task's run; afterwards two runs hold one label each for the same (task,
+    solver, source); downgrade keeps the task's own run's label (what the pre-0010 readers read)."""
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db == "sqlite" else request.getfixturevalue("emptied_pg_url")
+    if db == "postgresql":
+        downgrade(url, "base")
+    upgrade(url, "0009")
+    store = Store(url)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO runs (id, name, config_hash, config, created_at) VALUES "
+                              "(1, 'a', 'h', '{}', CURRENT_TIMESTAMP), (2, 'b', 'h', '{}', CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO tasks (id, run_id, domain, content_hash, text, payload, valid, created_at) "
+                              "VALUES (1, 1, 'arith', 'h1', '1+1', '{}', true, CURRENT_TIMESTAMP), "
+                              "(2, NULL, 'arith', 'h2', '2+2', '{}', true, CURRENT_TIMESTAMP)"))
+            conn.execute(text(_LABEL_0009), [{"t": 1, "n": 2, "at": "2026-01-01 00:00:00"},
+                                             {"t": 2, "n": 5, "at": "2026-01-01 00:00:00"}])
+            with pytest.raises(Exception, match=r"(?i)unique"), conn.begin_nested():
+                conn.execute(text(_LABEL_0009), {"t": 1, "n": 8, "at": "2026-01-02 00:00:00"})
+        upgrade(url, "0010")
+        with store.engine.begin() as conn:
+            carried = set(conn.execute(text("SELECT task_id, run_id, solved FROM labels")).all())
+            # run B replays task 1 later and acks it as the same version: a second row, not an overwrite
+            conn.execute(text(_LABEL_0009.replace("(task_id,", "(run_id, task_id,").replace("(:t,", "(2, :t,")),
+                         {"t": 1, "n": 8, "at": "2026-01-02 00:00:00"})
+            both = set(conn.execute(text("SELECT task_id, run_id, solved FROM labels")).all())
+        downgrade(url, "0009")
+        with store.engine.connect() as conn:
+            kept = set(conn.execute(text("SELECT task_id, solved FROM labels")).all())
+        upgrade(url)
+        with store.engine.connect() as conn:
+            again = set(conn.execute(text("SELECT task_id, run_id, solved FROM labels")).all())
+    finally:
+        store.dispose()
+        if db == "postgresql":
+            downgrade(url, "base")
+            upgrade(url)
+    assert carried == {(1, 1, 2), (2, None, 5)}
+    assert both == {(1, 1, 2), (1, 2, 8), (2, None, 5)}
+    assert kept == {(1, 2), (2, 5)}  # the task's own run's label; run B's newer one cannot be kept
+    assert again == carried

@@ -5,7 +5,6 @@ no longer rates as frontier while leased ones stay leased and stale ones are nev
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,11 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from curriculum.common.solver_api import Sampling
-from curriculum.domains.arith import ArithDomain, random_expression
+from curriculum.domains.arith import ArithDomain
 from curriculum.frontier import frontier_labels
 from curriculum.frontier.staleness import StalenessPolicy
-from curriculum.labelling.spotcheck import harvest_labels, run_spotcheck
 from curriculum.probing import retrain
 from curriculum.probing.retrain import run_retrain
 from curriculum.solvers.synthetic import SyntheticArithSolver
@@ -30,38 +27,19 @@ from daemon.loop.ports import Scored
 from daemon.loop.state import DriverState
 from probes import FeatureExtractor
 from testkit.driver import FakeEngine, make_driver
-from testkit.retrain_data import BAND, artifacts_for, spec_for, tiny_reference
+from testkit.retrain_data import BAND, arith_run, artifacts_for, spec_for, spotcheck_version, tiny_reference
 
 pytestmark = pytest.mark.integration
 
 
-def _tasks(store: Store, n: int) -> tuple[int, list[int]]:
-    dom, rng = ArithDomain(), random.Random(5)
-    new, seen = [], set()
-    while len(new) < n:
-        v = dom.validate_batch([random_expression(rng, rng.randint(1, 9))])[0]
-        if v.valid and v.task.content_hash not in seen:
-            seen.add(v.task.content_hash)
-            new.append(repo.NewTask("arith", v.task.content_hash, v.task.text, True, v.task.payload, cycle=0))
-    with store.session() as s:
-        run_id = repo.get_or_create_run(s, "rf", "h", {})
-        return run_id, repo.add_tasks(s, run_id, new)
-
-
-def _label(store: Store, solver: SyntheticArithSolver, ids: list[int], version: str) -> None:
-    sid = solver_versions.qualified_id(solver.solver_id, version)
-    run_spotcheck(store, ArithDomain(), solver, ids, BAND.k, Sampling(), solver_id=sid)
-    harvest_labels(store, ids, sid, BAND)
-
-
 def test_challenger_replaces_the_champion_only_when_it_wins(store: Store, tmp_path: Path) -> None:
-    run_id, ids = _tasks(store, 160)
+    run_id, ids = arith_run(store, 160)
     solver = SyntheticArithSolver(seed=1, offset=4.0)
     name = solver.solver_id
     ref = tiny_reference()
     artifacts = artifacts_for(store, tmp_path)  # challengers go to the store; the champion is fetched from it
     common = {"solver": name, "role": "primary", "refresh_min_labels": 16, "holdout_share": 0.3, "threshold": 0.5}
-    _label(store, solver, ids, "")  # the old, weak solver
+    spotcheck_version(store, solver, ids, "", run_id)  # the old, weak solver
     old = run_retrain(store, spec_for(run_id, ref, name="rf-primary-0", staleness={"keep_versions": 9},
                                       **common), ArithDomain(), FeatureExtractor(ref), artifacts)
     assert old.state == "done" and old.result["champion"] is None and old.result["promote"]
@@ -71,7 +49,7 @@ def test_challenger_replaces_the_champion_only_when_it_wins(store: Store, tmp_pa
     with store.session() as s:
         solver_versions.register(s, name, "step-2")
     solver.set_skill(9.0)  # a much stronger checkpoint: the band moved to harder tasks
-    _label(store, solver, ids, "step-2")
+    spotcheck_version(store, solver, ids, "step-2", run_id)
     spec = spec_for(run_id, ref, name="rf-primary-1", staleness={"keep_versions": 1},
                     champion=champion_uri, **common)
     new = run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
@@ -139,7 +117,7 @@ def test_driver_refresh_promotes_and_retires_ready_tasks_but_not_leased(store: S
 def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) -> None:
     """`refresh_every_labels` counts labels written, not usable ones: under keep_last 1 every new
     version ages the previous labels out, so the usable count stays flat while the solver moves."""
-    run_id, ids = _tasks(store, 40)
+    run_id, ids = arith_run(store, 40)
     solver = SyntheticArithSolver(seed=0)
     settings = FrontierSettings(staleness=StalenessPolicy(keep_versions=1), refresh_every_labels=15)
     tracker, state = FrontierTracker(store, run_id, solver.solver_id, settings, BAND), DriverState()
@@ -148,7 +126,7 @@ def test_label_count_refresh_keeps_firing_as_old_versions_age_out(store: Store) 
         version = f"step-{step + 1}"
         with store.session() as s:
             solver_versions.register(s, solver.solver_id, version)
-        _label(store, solver, chunk, version)
+        spotcheck_version(store, solver, chunk, version, run_id)
         fired.append(tracker.refresh_due(state))
         with store.session() as s:  # what start_refresh records when it starts the job
             state.refresh_labels_at = frontier_labels.labels_written(s, solver.solver_id, run_id)
@@ -177,5 +155,5 @@ def test_a_skipped_refresh_is_tried_again_once_new_labels_arrive(store: Store, t
     with store.session() as s:
         ids = repo.add_tasks(s, driver.run_id, [repo.NewTask("arith", t.content_hash, t.text, True, t.payload, cycle=0)
                                                 for t in new])
-    _label(store, SyntheticArithSolver(seed=1), ids, "")  # the driver's spot-check solver
+    spotcheck_version(store, SyntheticArithSolver(seed=1), ids, "", driver.run_id)  # the driver's spot-check solver
     assert (why := tracker.refresh_due(state)) is not None and why.startswith("retry"), why

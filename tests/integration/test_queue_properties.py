@@ -60,7 +60,9 @@ class Model:
         if row.state == "leased" and row.token == token:
             assert row.until is not None
             return AckStatus.LATE if row.until < now else AckStatus.ACKED
-        return {"acked": AckStatus.ALREADY_ACKED, "leased": AckStatus.LEASE_LOST}.get(row.state, AckStatus.NOT_LEASED)
+        if row.state == "acked":  # only the token that acked retries idempotently (#37.8)
+            return AckStatus.ALREADY_ACKED if row.token == token else AckStatus.LEASE_LOST
+        return AckStatus.LEASE_LOST if row.state == "leased" else AckStatus.NOT_LEASED
 
     def visible(self, now: datetime) -> list[int]:
         return [t for t, r in sorted(self.rows.items())
@@ -121,20 +123,22 @@ def machine(store: Store) -> type[RuleBasedStateMachine]:
                                 solver=f"c{consumer}", now=self.now)
             assert got == want
             if got.accepted:
-                self.model.rows[tid].state, self.model.rows[tid].token = "acked", None
+                self.model.rows[tid].state = "acked"  # the row keeps the token that acked it
                 self.outcomes[tid].append(solved)
             self.held[consumer].pop(tid, None)
 
-        @rule(consumer=st.integers(0, CONSUMERS - 1), task=st.integers(0, TASKS - 1))
-        def nack(self, consumer: int, task: int) -> None:
+        @rule(consumer=st.integers(0, CONSUMERS - 1), task=st.integers(0, TASKS - 1), tried=st.booleans())
+        def nack(self, consumer: int, task: int, tried: bool) -> None:
             tid, token = self.ids[task], self._token(consumer, task)
             want = self.model.status(tid, token, self.now)
             with store.session() as s:
                 got = queue.nack(s, tid, run_id=self.run_id, lease_token=token, max_attempts=MAX_ATTEMPTS,
-                                 now=self.now)
+                                 tried=tried, now=self.now)
             assert got == want
             if got.accepted:
                 row = self.model.rows[tid]
+                if not tried:  # an untried nack gives the delivery attempt back (#36.4)
+                    row.attempts = max(row.attempts - 1, 0)
                 row.state, row.token = ("dead" if row.attempts >= MAX_ATTEMPTS else "ready"), None
             self.held[consumer].pop(tid, None)
 

@@ -147,17 +147,16 @@ def test_bad_solver_names_are_422(api: tuple[str, Store], path: str) -> None:
 
 def test_a_batched_ack_stores_versioned_trainer_labels(api: tuple[str, Store]) -> None:
     """``POST /v1/tasks/ack`` carries the same outcome fields as a single ack: each accepted item is a
-    consumer label of its solver version (errors excluded); a version that cannot be ordered refuses
-    the whole batch with 422 and acks nothing."""
+    consumer label of its solver version (errors excluded); an item whose version cannot be ordered
+    is refused alone (``invalid``, #37), acking nothing of it."""
     from propel_sdk.client import Ack
 
     url, store = api
     seed(store, 4)
     with PropelClient(url, token=TOKEN) as client:
         leased = client.lease(4, lease_s=600, consumer="batch")
-        with pytest.raises(PropelClientError) as err:
-            client.ack_many([Ack(leased[0], solved=2, n=8, solver="policy", version="v1.2.10")])
-        assert err.value.status == 422
+        refused = client.ack_many([Ack(leased[0], solved=2, n=8, solver="policy", version="v1.2.10")])
+        assert refused == {leased[0].id: "invalid"}
         statuses = client.ack_many([Ack(t, solved=2, n=8, solver="policy", version="step-7", errors=1,
                                         sampling={"temperature": 0.7}) for t in leased])
         current = client.solver_versions("policy")["current"]

@@ -8,7 +8,8 @@ from sqlalchemy import select
 from curriculum.common.solver_api import Completion, Sampling
 from curriculum.domains.arith import ArithDomain
 from curriculum.labelling.spotcheck import false_positives, harvest_labels, run_spotcheck
-from curriculum.store import lineage, repo
+from curriculum.solvers import build_solver
+from curriculum.store import lineage, repo, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, SolverTrial
 from probes.band import Band
@@ -43,6 +44,12 @@ class ScriptedSolver:
         return out
 
 
+def _run(store: Store) -> int:
+    """The run the labels belong to (labels are per run; these tasks belong to none)."""
+    with store.session() as s:
+        return repo.get_or_create_run(s, "spotcheck-labels", "h", {})
+
+
 def _store_tasks(store: Store, exprs: list[str]) -> list[int]:
     dom = ArithDomain()
     new = []
@@ -62,7 +69,7 @@ def test_trials_labels_and_false_positives(store: Store) -> None:
     band = Band(k=8, lo=1, hi=3, min_valid_trials=6)
     res = run_spotcheck(store, ArithDomain(), solver, ids, k=8, sampling=Sampling())
     assert (res.tasks, res.trials_written, res.null_trials) == (4, 32, 8)
-    labels = harvest_labels(store, ids, solver.solver_id, band)
+    labels = harvest_labels(store, ids, solver.solver_id, band, run_id=_run(store))
     assert {i: (lab.solved, lab.valid_trials, lab.in_band) for i, lab in labels.items()} == {
         ids[0]: (8, 8, False), ids[1]: (2, 8, True), ids[2]: (0, 8, False), ids[3]: (0, 0, None)}
     fps = false_positives([(i, True, 0.9, labels[i]) for i in ids], 0.5, band)
@@ -89,4 +96,38 @@ def test_rerun_only_attempts_missing_trials(store: Store) -> None:
         attempts = sorted(s.execute(select(SolverTrial.task_id, SolverTrial.attempt)).all())
     assert attempts == sorted((t, a) for t in ids for a in range(5))
     # partially attempted tasks are not labelled yet
-    assert harvest_labels(store, ids, solver.solver_id, Band(k=8, lo=1, hi=3, min_valid_trials=6)) == {}
+    strict = Band(k=8, lo=1, hi=3, min_valid_trials=6)
+    assert harvest_labels(store, ids, solver.solver_id, strict, run_id=_run(store)) == {}
+
+
+class _AnnouncedMidway:
+    """An endpoint that serves one checkpoint (no ``serve_version``); the trainer announces ``version``
+    while the first batch of attempts runs."""
+
+    def __init__(self, store: Store, name: str, version: str) -> None:
+        self.inner = build_solver("synthetic", seed=1)
+        self.store, self.name, self.version, self.solver_id = store, name, version, name
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        with self.store.session() as s:
+            solver_versions.register(s, self.name, self.version)
+        return self.inner.generate(prompts, n, sampling)
+
+
+def test_a_check_of_a_superseded_version_is_refused(store: Store) -> None:
+    """A message names the version the leader saw; once a newer one is announced the endpoint serves that
+    one, so the worker refuses to record its attempts under the old version — before it starts, or when the
+    announce comes while they run (#37)."""
+    ids = _store_tasks(store, ["1+1", "2+2", "3*3"])
+    with store.session() as s:
+        solver_versions.register(s, "policy", "step-1")
+    midway = _AnnouncedMidway(store, "policy", "step-2")
+    out = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-1")
+    assert out.refused is not None and "policy@step-2" in out.refused and out.trials_written == 0
+    again = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-1")
+    assert again.refused is not None and again.trials_written == 0  # refused before any attempt
+    current = run_spotcheck(store, ArithDomain(), midway, ids, k=4, sampling=Sampling(), solver_id="policy@step-2")
+    assert current.refused is None and current.trials_written == 12
+    with store.session() as s:
+        versions = set(s.scalars(select(SolverTrial.solver_version).where(SolverTrial.solver_name == "policy")))
+    assert versions == {"step-2"}

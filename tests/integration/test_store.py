@@ -58,11 +58,15 @@ def test_trials_unique_per_task_solver_attempt(store: Store) -> None:
 
 def test_label_upsert_overwrites(store: Store) -> None:
     with store.session() as s:
+        run = repo.get_or_create_run(s, "labels", "h", {})
         (tid,) = repo.add_tasks(s, None, _tasks(1))
-        repo.upsert_label(s, tid, "sol", "spotcheck", k=8, solved=0, valid_trials=8, band=(1, 3), in_band=False)
+        repo.upsert_label(s, tid, "sol", "spotcheck", run_id=run, k=8, solved=0, valid_trials=8,
+                          band=(1, 3), in_band=False)
     with store.session() as s:
-        repo.upsert_label(s, tid, "sol", "spotcheck", k=8, solved=2, valid_trials=8, band=(1, 3), in_band=True)
-        repo.upsert_label(s, tid, "sol", "consumer", k=4, solved=4, valid_trials=4, band=(1, 3), in_band=False)
+        repo.upsert_label(s, tid, "sol", "spotcheck", run_id=run, k=8, solved=2, valid_trials=8,
+                          band=(1, 3), in_band=True)
+        repo.upsert_label(s, tid, "sol", "consumer", run_id=run, k=4, solved=4, valid_trials=4,
+                          band=(1, 3), in_band=False)
     from curriculum.store.models import Label
 
     with store.session() as s:
@@ -76,11 +80,12 @@ def test_batched_label_upsert_writes_new_and_overwrites_existing(store: Store) -
     from curriculum.store.models import Label
 
     with store.session() as s:
+        run = repo.get_or_create_run(s, "labels", "h", {})
         a, b = repo.add_tasks(s, None, _tasks(2))
-        repo.upsert_labels(s, [repo.NewLabel(a, "sol@1", "consumer", 8, 0, 8, (1, 3), False)])
+        repo.upsert_labels(s, [repo.NewLabel(a, run, "sol@1", "consumer", 8, 0, 8, (1, 3), False)])
     with store.session() as s:
-        repo.upsert_labels(s, [repo.NewLabel(a, "sol@1", "consumer", 8, 2, 7, (1, 3), True, errors=1),
-                               repo.NewLabel(b, "sol@1", "consumer", 8, 8, 8, (1, 3), False, sampling={"t": 1.0})])
+        repo.upsert_labels(s, [repo.NewLabel(a, run, "sol@1", "consumer", 8, 2, 7, (1, 3), True, errors=1),
+                               repo.NewLabel(b, run, "sol@1", "consumer", 8, 8, 8, (1, 3), False, sampling={"t": 1.0})])
     with store.session() as s:
         rows = {r.task_id: r for r in s.scalars(select(Label))}
     assert (rows[a].solved, rows[a].valid_trials, rows[a].in_band, rows[a].errors) == (2, 7, True, 1)

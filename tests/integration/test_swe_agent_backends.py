@@ -38,6 +38,12 @@ SPECS = {"solved": "minicalc minicalc/core.py::mean binop_change 0",
          "too_long": "minicalc minicalc/core.py::running_total remove_assign 2"}
 
 
+def _label_run(store: Store) -> int:
+    """The run the labels belong to (labels are per run; these tasks belong to none)."""
+    with store.session() as s:
+        return repo.get_or_create_run(s, "spotcheck-labels", "h", {})
+
+
 def call(name: str, **args: Any) -> dict[str, Any]:
     return {"id": f"c-{name}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
@@ -143,7 +149,8 @@ def test_spotchecks_with_the_swe_agent_backend_record_trials_and_turns(tmp_path:
     assert "   2 " in turns[(ids["too_long"], 0)][1]["tool_results"][0]  # view from line 2
     assert sorted(len(turns[(ids["unsolved"], a)]) for a in range(3)) == [0, 1, 1]  # the failed request: no turn
     band = Band(k=3, lo=1, hi=2, min_valid_trials=2)
-    labels = harvest_labels(sqlite_store, [ids["solved"], ids["unsolved"]], "agent:m", band)
+    labels = harvest_labels(sqlite_store, [ids["solved"], ids["unsolved"]], "agent:m", band,
+                            run_id=_label_run(sqlite_store))
     assert (labels[ids["solved"]].solved, labels[ids["solved"]].valid_trials) == (3, 3)
     assert (labels[ids["unsolved"]].solved, labels[ids["unsolved"]].valid_trials) == (0, 2)
 

@@ -61,14 +61,15 @@ def test_export_then_replay_into_another_run(store: Store, tmp_path: Path) -> No
     with store.session() as s:  # one task acked in the source run, with an outcome
         [x] = queue.lease(s, 1, 60, "c", 3, run_id=repo.get_or_create_run(s, "src", "h", {}))
         queue.ack(s, x.task_id, run_id=repo.get_or_create_run(s, "src", "h", {}), lease_token=x.lease_token,
-                  solved=2, n=8, solver="pol")
+                  solved=2, n=8, solver="pol", errors=3)
     out = tmp_path / "all.jsonl"
     code, _, err = invoke(store, "tasks", "export", "--run", "src", "--out", str(out))
     assert code == 0, err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ids and rows[0]["text"] == "0+0"
     assert rows[0]["queue"]["state"] == "acked"
-    assert rows[0]["queue"]["outcome"] == {"solved": 2, "n": 8, "solver": "pol"}
+    assert rows[0]["queue"]["outcome"] == {"solved": 2, "n": 8, "errors": 3, "solver": "pol"}  # #37.10
+    assert rows[1]["queue"]["outcome"] is None
     code, _, err = invoke(store, "tasks", "import", str(out), "--run", "replay")
     assert code == 2 and "run 'replay' does not exist" in err
     code, stdout, err = invoke(store, "tasks", "import", str(out), "--run", "replay", "--create-run")
@@ -117,16 +118,23 @@ def test_export_filters_parquet_and_http(store: Store, tmp_path: Path) -> None:
     assert code == 0 and stdout == ""
     code, stdout, _ = invoke(store, "tasks", "export", "--run", "src", "--since", "2999-01-01")
     assert code == 0 and stdout == ""
+    with store.session() as s:  # one acked task with infrastructure errors: Parquet keeps them (#37.10)
+        run_id = repo.get_or_create_run(s, "src", "h", {})
+        [x] = queue.lease(s, 1, 60, "c", 3, run_id=run_id)
+        queue.ack(s, x.task_id, run_id=run_id, lease_token=x.lease_token, solved=0, n=8, solver="pol", errors=8)
     pq_file = tmp_path / "t.parquet"
     assert invoke(store, "tasks", "export", "--run", "src", "--out", str(pq_file))[0] == 0
     table = pq.read_table(pq_file).to_pydict()
     assert table["id"] == ids and json.loads(table["record"][0])["text"] == "0+0"
+    assert [table[k][0] for k in ("outcome_solved", "outcome_n", "outcome_errors", "outcome_solver")] == [
+        0, 8, 8, "pol"]
+    assert table["outcome_errors"][1:] == [None] * 4
     with serve_app(create_app(ApiContext(store=store, run_name="src", token="tok"))) as url:
         code, stdout, err = invoke(store, "tasks", "export", "--api", url, "--topic", "add:0", "--limit", "2")
         assert code == 0, err
         assert [json.loads(x)["id"] for x in stdout.splitlines()] == ids[0:4:2]
         with PropelClient(url, token="tok") as client:
-            assert [r["id"] for r in client.export(state=["ready"])] == ids
+            assert [r["id"] for r in client.export(state=["ready"])] == ids[1:]
         with PropelClient(url) as anonymous, pytest.raises(Exception, match="401"):
             list(anonymous.export())
     url = f"http://127.0.0.1:{free_port()}"

@@ -147,7 +147,12 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
     AlertRule(name="probes_suspect", metric="probes_suspect", comparator=Comparator.GE, threshold=1,
               for_cycles=1, severity=Severity.CRITICAL,
               description="hacking signals (topic drift, top-topic share, predicted-minus-verified gap) say the "
-                          "probes are not trustworthy; the message names them; only verified tasks are emitted"),
+                          "probes are not trustworthy; the message names them and the response "
+                          "(health.suspect_response)"),
+    AlertRule(name="emission_pause_expired", metric="emission_pause_expired", comparator=Comparator.GE, threshold=1,
+              for_cycles=1, severity=Severity.CRITICAL,
+              description="an escalation paused emission for health.max_paused_cycles cycles and its metric is "
+                          "still not back: the pause ended; the generator needs a look"),
     AlertRule(name="frontier_drift", metric="drift_score", comparator=Comparator.GT, threshold=0.3,
               for_cycles=1, severity=Severity.WARNING,
               description="a new solver version moved the frontier: over 30% of formerly in-band tasks left the "

@@ -66,3 +66,31 @@ def test_record_keeps_one_per_rule_with_the_metric_and_value_at_firing() -> None
     assert [a.rule for a in got] == ["topic_collapse", "topic_flooding"]
     assert (got[1].kind, got[1].topic, got[1].metric, got[1].comparator, got[1].value, got[1].cycle, got[1].level) \
         == ("pause_topic", "add:5", "top_topic_share", ">", 0.41, 12, 0)
+
+
+PAUSED = COLLAPSE.model_copy(update={"level": 2, "cycle": 100})
+
+
+@pytest.mark.parametrize(("resolved", "left"), [
+    (["topic_collapse"], []),  # the alert resolved (or its rule left the config): the pause it set is lifted
+    (["validity_low"], ["topic_collapse"]),
+    ([], ["topic_collapse"]),
+])
+def test_a_resolved_rule_drops_its_record(resolved: list[str], left: list[str]) -> None:
+    assert [a.rule for a in escalation.drop_resolved([PAUSED], resolved)] == left
+
+
+@pytest.mark.parametrize(("record", "cycle", "max_paused", "ended"), [
+    (PAUSED, 129, 30, False),
+    (PAUSED, 130, 30, True),  # paused 30 cycles: it ends instead of waiting for ever
+    (PAUSED, 500, 0, False),  # 0: never
+    (COLLAPSE.model_copy(update={"cycle": 100}), 130, 30, False),  # not a pause
+])
+def test_an_emission_pause_ends_after_max_paused_cycles(record: Applied, cycle: int, max_paused: int,
+                                                        ended: bool) -> None:
+    kept, gone = escalation.expired([record], cycle, max_paused)
+    assert (gone, kept) == (([record], []) if ended else ([], [record]))
+    if ended:
+        assert escalation.describe_expired(record, cycle) == (
+            "alert topic_collapse: emission paused since cycle 100 and top_topic_share still not back (> 0.5) at "
+            "cycle 130: the pause ends (health.max_paused_cycles)")

@@ -52,8 +52,33 @@ def test_the_verdict_is_held_for_hold_cycles(cycle: int, tripped: bool, until: i
                                              suspect: bool) -> None:
     why = ["one topic holds 99% of valid tasks (> 80%)"] if tripped else []
     assert hacking.suspect_until(cycle, why, until, LIMITS) == new_until
-    d = hacking.probes_suspect(cycle, new_until, why, "earlier signal")
+    d = hacking.probes_suspect(cycle, new_until, why, "earlier signal", hacking.acting(LIMITS))
     assert (d is not None) == suspect
     if d is not None:
-        assert d.reason == PROBES_SUSPECT and "only spot-check-verified tasks are emitted" in d.detail
+        assert d.reason == PROBES_SUSPECT and "emitted only at probe probability raised by 0.1" in d.detail
         assert ("99%" in d.detail) if tripped else ("earlier signal (held until cycle 15)" in d.detail)
+
+
+@pytest.mark.parametrize(("response", "suspect", "threshold", "words"), [
+    ("tighten", True, 0.6, "tasks are emitted only at probe probability raised by 0.1"),  # the default
+    ("tighten", False, 0.5, "tasks are emitted only at probe probability raised by 0.1"),
+    ("verified_only", True, 0.5, "only spot-check-verified tasks are emitted"),  # opt-in: starved the long run
+])
+def test_the_response_keeps_emission_going_by_default(response: str, suspect: bool, threshold: float,
+                                                     words: str) -> None:
+    limits = SuspectLimits(response=response)  # type: ignore[arg-type]
+    assert SuspectLimits().response == "tighten"
+    assert hacking.min_probability(0.5, suspect, limits) == pytest.approx(threshold)
+    assert hacking.acting(limits).startswith(words)
+
+
+@pytest.mark.parametrize(("base", "cycles_in", "probes", "want", "cycles_out"), [
+    ({}, 0, "e1", {"mul:2": 10.0}, 1),  # the first cycle starts it …
+    ({"add:1": 10.0}, 1, "e1", {"add:1": 10.0, "mul:2": 10.0}, 2),  # … later ones add to it (not one cycle alone)
+    ({"add:1": 10.0}, 3, "e1", {"add:1": 10.0}, 3),  # full: fixed
+    ({"add:1": 10.0}, 3, "e2", {"mul:2": 10.0}, 1),  # new probes (promotion, aux probe): a new baseline
+])
+def test_the_topic_baseline_spans_cycles_and_follows_the_probes(base: dict[str, float], cycles_in: int, probes: str,
+                                                                want: dict[str, float], cycles_out: int) -> None:
+    got = hacking.baseline(base, cycles_in, {"mul:2": 10}, probes, "e1", SuspectLimits(baseline_cycles=3))
+    assert got == (want, cycles_out)

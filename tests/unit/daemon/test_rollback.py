@@ -10,10 +10,17 @@ from daemon.loop.rollback import RollbackRule
 RULE = RollbackRule(validity=0.3, cycles=3, healthy_validity=0.9)
 
 
-@pytest.mark.parametrize(("validity", "suspect", "healthy"), [
-    (0.95, False, True), (0.9, False, True), (0.89, False, False), (0.99, True, False)])
-def test_a_healthy_cycle_needs_validity_and_trusted_probes(validity: float, suspect: bool, healthy: bool) -> None:
-    assert rollback.is_healthy(validity, suspect, RULE) is healthy
+@pytest.mark.parametrize(("validity", "healthy"), [(0.95, True), (0.9, True), (0.89, False), (0.1, False)])
+def test_a_healthy_checkpoint_is_judged_on_validity_alone(validity: float, healthy: bool) -> None:
+    # suspect probes or an open alert say nothing about the generator: in the long run they froze the target
+    assert rollback.is_healthy(validity, RULE) is healthy
+
+
+@pytest.mark.parametrize(("wanted", "rolled_back_to", "repeated"), [
+    (490, 490, True),  # the long run went back to step 490 six times
+    (490, None, False), (560, 490, False), (None, 490, False)])
+def test_never_twice_to_the_same_step(wanted: int | None, rolled_back_to: int | None, repeated: bool) -> None:
+    assert rollback.repeated(wanted, rolled_back_to) is repeated
 
 
 @pytest.mark.parametrize(("before", "validity", "after"), [(0, 0.05, 1), (2, 0.29, 3), (2, 0.3, 0), (5, 0.9, 0)])
@@ -33,7 +40,11 @@ def test_target(streak: int, rule: RollbackRule, healthy: int | None, current: i
 
 
 def test_the_log_line_reads() -> None:
-    assert rollback.describe(RULE, 0.05, 910, 640, 640) == (
+    why = rollback.collapse(RULE, 0.05)
+    assert rollback.describe(RULE, why, 910, 640, 640) == (
         "validity below 30% for 3 cycles in a row (last 5%): generator rolled back from step 910 to step 640, "
-        "the last cycle with validity ≥ 90%, trusted probes and no open mitigation")
-    assert "cannot roll the generator back to step 640" in rollback.describe(RULE, 0.05, 910, None, 640)
+        "the last cycle with validity ≥ 90%")
+    assert "cannot roll the generator back to step 640" in rollback.describe(RULE, why, 910, None, 640)
+    assert rollback.describe_repeat("alert topic_collapse escalated", 490) == (
+        "alert topic_collapse escalated: not rolling the generator back to step 490 again (rolled back there "
+        "already, no healthy cycle since)")

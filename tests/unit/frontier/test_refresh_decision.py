@@ -36,3 +36,16 @@ def test_split_recent_holds_out_the_newest(n: int, share: float, n_train: int, n
     train, hold = split_recent(list(range(n)), share)
     assert (len(train), len(hold)) == (n_train, n_hold)
     assert train + hold == list(range(n))  # the holdout is the most recent tail
+
+
+@pytest.mark.parametrize(("n", "exclude", "hold"), [
+    (8, {6, 7}, [4, 5]),  # the newest two are the champion's training tasks: the next newest are held out
+    (8, {0, 1}, [6, 7]),  # excluded old tasks change nothing
+    (8, {5, 6, 7}, [3, 4]),
+    (4, {1, 2, 3}, [0]),  # fewer eligible tasks than the share: the holdout shrinks
+    (4, {0, 1, 2, 3}, []),  # every task trained the champion: nothing to judge it on
+])
+def test_split_recent_never_holds_out_what_the_champion_trained_on(n: int, exclude: set[int], hold: list[int]) -> None:
+    train, got = split_recent(list(range(n)), 0.25, frozenset(exclude))
+    assert got == hold and not set(got) & exclude
+    assert sorted(train + got) == list(range(n)) and set(exclude) <= set(train)
