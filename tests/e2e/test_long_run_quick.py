@@ -1,8 +1,8 @@
 """The long-run benchmark's ``--quick`` mode end to end, run as a user runs it (a subprocess of
 ``python -m benchmarks.long_run``, results redirected by ``PROPEL_BENCH_RESULTS``): both scenarios
 drove the embedded daemon for their cycles, every cycle's tasks were scored under the solver version
-current at the time, the rising scenario announced its version (and the daemon opened a drift
-measurement for it), blocks and goals were written, and the PNG re-renders from the JSON alone.
+current at the time, the rising scenario announced its version, blocks and goals were written, and
+the PNG re-renders from the JSON alone.
 It checks the wiring, not the goals (a handful of cycles on a 60-step bootstrap)."""
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ def test_quick_long_run_drives_both_scenarios_and_writes_blocks(tmp_path: Path) 
     assert [b["version"] for b in rising["blocks"]] == ["", "v1"]
     assert 0.0 <= rising["announced"][0]["untrained_in_band"] <= 1.0  # the untrained sample under v1
     assert rising["config"]["solver"]["synthetic_skill_by_version"] == {"v1": rising["announced"][0]["skill"]}
-    assert "frontier_drift" in rising["blocks"][1]["alerts"] or "drift" in proc.stdout + proc.stderr
     assert data["scenarios"]["frozen"]["announced"] == []
     png = tmp_path / "long_run_quick.png"
     png.unlink()
