@@ -105,9 +105,10 @@ def test_dashboard_renders_in_headless_chromium(dashboard_url: str) -> None:
     url = f"{dashboard_url}/dashboard"
     dom = _run_chromium(exe, "--dump-dom", url)
     assert "propel — run demo" in dom
-    assert len(re.findall(r"<svg\b", dom)) == 8  # alert timeline, 4 metric panels, queue, spot-check, probes
+    # alert timeline, 5 metric panels (predicted vs verified utility since #34), queue, spot-check, probes
+    assert len(re.findall(r"<svg\b", dom)) == 9
     for plot in ("alert-timeline", "metrics-collapse", "metrics-generator", "metrics-probes", "metrics-throughput",
-                 "queue", "spotcheck", "probes"):
+                 "metrics-utility", "queue", "spotcheck", "probes"):
         assert f'data-plot="{plot}"' in dom, plot
     rows = re.findall(r'<tr class="alert-row" data-rule="([^"]+)"', dom)
     assert {"topic_collapse", "distinct3_low", "probe_precision_low"} <= set(rows)
