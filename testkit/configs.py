@@ -6,9 +6,10 @@ from pathlib import Path
 
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
-                 port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "") -> Path:
+                 port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "",
+                 spot_extra: str = "") -> Path:
     """A small, fast daemon config (the embedded defaults shrunk for CPU tests); ``extra`` is appended
-    (new tables), ``rl_extra`` goes into the ``[rl]`` table."""
+    (new tables), ``rl_extra`` goes into the ``[rl]`` table and ``spot_extra`` into ``[spotcheck]``."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
 seed = {seed}
@@ -34,6 +35,7 @@ num_generations = 4
 {rl_extra}
 [spotcheck]
 budget_per_cycle = {spot_budget}
+{spot_extra}
 [emission]
 min_probability = 0.2
 [api]

@@ -25,9 +25,7 @@ pytestmark = [pytest.mark.slow]
 # Pacing off: this test's subject is following a new version within 8 cycles, and the paced default
 # (512/h, ~1.4 tasks per 10-s cycle after the first burst) takes ~20 cycles to label the 16 tasks the
 # refresh needs (docs/OPERATIONS.md, "Spot-check pacing").
-EXTRA = """[spotcheck]
-pace = false
-[solver]
+EXTRA = """[solver]
 name = "arith-solver"
 synthetic_skill_by_version = {"step-1" = 8.5}
 [frontier]
@@ -48,7 +46,8 @@ def _cycle(store: Store) -> int:
 def test_daemon_follows_an_improving_solver(tmp_path: Path, tiny_generator: Path) -> None:
     db = f"sqlite:///{tmp_path / 'propel.db'}"
     port = free_port()
-    cfg = write_config(tmp_path / "c.toml", tiny_generator, tmp_path / "data", db, "fol", EXTRA, port=port)
+    cfg = write_config(tmp_path / "c.toml", tiny_generator, tmp_path / "data", db, "fol", EXTRA, port=port,
+                       spot_extra="pace = false")
     log = tmp_path / "daemon.log"
     store = Store(db)
     proc = start_daemon(cfg, log, "--cycles", "8")
