@@ -20,7 +20,10 @@ def _unfreeze() -> Iterator[None]:
 def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
     modules = [100]
     heap = HeapFreezer("test", modules=lambda: modules[0])
-    assert heap.freeze() == gc.get_freeze_count() > 0
+    frozen = heap.freeze()
+    # the permanent generation only shrinks after the freeze (frozen objects that another thread of the
+    # test process releases are freed by reference counting), never grows without another gc.freeze
+    assert frozen >= gc.get_freeze_count() > 0.99 * frozen
     assert not heap.after_phase()  # nothing imported: the collector keeps its young generations
     modules[0] += 3
     kept = {id(x): x for x in ([i] for i in range(10))}  # made after the first freeze, alive at the phase's end
