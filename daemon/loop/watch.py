@@ -10,6 +10,7 @@ driver state, and report through the driver's degraded-state merge (``_health``)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from sqlalchemy import func, select
@@ -33,8 +34,8 @@ class HealthWatch:
     engine: Engine
     s: DriverSettings
 
-    def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None:
-        raise NotImplementedError  # the driver's
+    # the driver's own method, declared here for the type checker
+    _health: Callable[[DriverState, dict[str, health.Degradation | None]], None]
 
     def _utility(self, cycle: int, sid: str, state: DriverState, predicted: float | None) -> dict[str, float]:
         """Verified utility of the window next to the cycle's predicted utility (daemon.loop.utility)."""
