@@ -18,6 +18,7 @@ run keeps its data); ``--plot-only`` re-renders the PNG from it.
     python -m benchmarks.long_run                       # 500 cycles, frozen then rising (hours)
     python -m benchmarks.long_run --quick               # a few cycles: checks the wiring
     python -m benchmarks.long_run --plot-only           # the PNG from the JSON
+    python -m benchmarks.long_run --set rl.topic_share_weight=0 --name long_run_no_topic   # a setting vs the defaults
 """
 
 from __future__ import annotations
@@ -33,11 +34,20 @@ from typing import Any
 
 import click
 import torch
+from pydantic import ValidationError
 
 from benchmarks._common import RESULTS, write_result
+from daemon.config import PropelConfig, load_config
 from daemon.ops.logs import configure_logging
 from testkit import long_run_report as report
-from testkit.long_run import CycleRecord, Scenario, cached_generator, embedded_config, run_scenario
+from testkit.long_run import (
+    CycleRecord,
+    Scenario,
+    apply_overrides,
+    cached_generator,
+    embedded_config,
+    run_scenario,
+)
 
 TIME_NOTE = ("real wall clock: the daemon's own APScheduler loop at daemon.tick_interval_s, its clock and the "
              "store's timestamps are not scaled, so the hourly spot-check budget is paced by real seconds")
@@ -176,6 +186,18 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_overrides(overrides: tuple[str, ...]) -> None:
+    """``--set`` items the embedded config accepts, or a one-line usage error naming the bad one."""
+    try:
+        PropelConfig.model_validate(apply_overrides(load_config(None).model_dump(mode="json"), overrides))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise click.BadParameter(f"{where}: {first['msg']}", param_hint="--set") from None
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--set") from None
+
+
 def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:
     limit = None if max_minutes is None else 60.0 * max_minutes
     out = []
@@ -201,9 +223,12 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
               help="where each scenario's run lives (default: a temporary directory)")
 @click.option("--name", default="long_run", show_default=True, help="result file name under benchmarks/results")
 @click.option("--plot-only", is_flag=True, help="re-render the PNG from the JSON, print the block table, exit")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="change one setting of the embedded defaults (repeatable; VALUE read as JSON, else a string), "
+                   "e.g. --set rl.topic_share_weight=0; recorded in the JSON")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
-         plot_only: bool) -> None:
+         plot_only: bool, overrides: tuple[str, ...]) -> None:
     """The daemon on its defaults for N cycles: emitted in-band, diversity, spending and RSS per block."""
     result = RESULTS / f"{name}.json"
     if plot_only:
@@ -218,15 +243,16 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
     if quick:
         cycles, block, rise_every = 4, 2, 2
     rise_every = rise_every or max(1, cycles // 5)
+    check_overrides(overrides)  # before the bootstrap: a typo fails at once
     plan = scenarios(scenario, cycles, rise_every, rise_step, max_minutes)
     rec = Recorder(name, block, {"cycles": cycles, "block": block, "rise_every": rise_every, "rise_step": rise_step,
                                  "max_minutes": max_minutes, "quick": quick, "bootstrap_steps": steps,
-                                 "torch_threads": torch.get_num_threads()})
+                                 "torch_threads": torch.get_num_threads(), "overrides": list(overrides)})
     generator = cached_generator(data_dir, steps, click.echo)
     with tempfile.TemporaryDirectory(prefix="long_run_") as tmp:
         root = work_dir or Path(tmp)
         for sc in plan:
-            cfg = embedded_config(root / sc.name, generator, sc, steps)
+            cfg = embedded_config(root / sc.name, generator, sc, steps, overrides)
             rec.start(sc, cfg.model_dump(mode="json"))
             started = time.perf_counter()
             code, timed_out = run_scenario(cfg, sc, rec.untrained, rec.cycle)

@@ -320,6 +320,14 @@ class RLConfig(_Section):
         "and to the archive; the original, ~30× weaker on arith)")
     diversity_rollout_window: int = Field(default=512, ge=0, description="measure 'self_bleu': recent valid "
                                           "completions the penalty also compares against (0: none)")
+    topic_share_weight: float = Field(default=1.0, ge=0, description="weight of the topic-share penalty (in [0, "
+                                      "1]: a topic's share of the recent window above rl.topic_share_target) "
+                                      "subtracted from valid completions' reward (0: off; "
+                                      "curriculum.reward.topic_share, docs/RL.md)")
+    topic_share_target: float = Field(default=0.15, gt=0, lt=1, description="share of the recent window a topic "
+                                      "may hold before its tasks are penalised")
+    topic_share_window: int = Field(default=512, ge=1, description="recent valid completions (rollouts and cycle "
+                                    "samples) the topic shares are counted over")
 
     @model_validator(mode="after")
     def _divisible(self) -> RLConfig:
@@ -378,12 +386,17 @@ class HealthConfig(_Section):
                                  "emission.min_probability while the probes are suspect")
     rollback_validity: float = Field(default=0.3, ge=0, le=1, description="roll the generator back to its last "
                                      "healthy checkpoint when sample validity stays below this (0: never)")
+    rollback_top_topic_share: float = Field(default=0.45, gt=0, le=1, description="… or when the top-topic share "
+                                            "of the sample stays above this (1: never; the reward's topic-share "
+                                            "term cannot pull a collapsed policy back, a rollback can)")
     rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
     escalate_after_cycles: int = Field(default=20, ge=0, description="a mitigation an alert applied whose metric "
                                        "is not back past the rule's threshold after this many cycles escalates: to a "
                                        "generator rollback, then to pausing emission until it is (0: never)")
     healthy_validity: float = Field(default=0.9, gt=0, le=1, description="a cycle with at least this validity "
                                     "marks its generator checkpoint healthy (kept from pruning: the rollback target)")
+    healthy_top_topic_share: float = Field(default=0.3, gt=0, le=1, description="… when its top-topic share is "
+                                           "also at most this (1: validity alone)")
     max_paused_cycles: int = Field(default=30, ge=0, description="an emission pause an escalation set ends after "
                                    "this many cycles, with a warning and an alert (0: never)")
 

@@ -73,6 +73,7 @@ class FakeEngine:
         self.pinned: list[int] = []
         self.rollbacks: list[int] = []
         self.validity_override: float | None = None  # share of valid samples a test forces (None: ~90 %)
+        self.topic_collapse = False  # a test forces every valid sample onto one topic (mul:3)
 
     @property
     def ensemble(self) -> EnsembleSpec:
@@ -93,15 +94,17 @@ class FakeEngine:
         if self.validity_override is not None:  # a collapsing policy: the rest are invalid
             valid = round(n * self.validity_override)
             return [random_expression(rng, rng.randint(1, 6)) if i < valid else "12+" for i in range(n)]
+        if self.topic_collapse:  # varied numbers, one operator signature
+            return ["*".join(str(rng.randint(2, 30)) for _ in range(4)) if i % 10 else "12+" for i in range(n)]
         return [random_expression(rng, rng.randint(1, 6)) if i % 10 else "12+" for i in range(n)]
 
     def pin_checkpoint(self, step: int) -> None:
         self.pinned.append(step)
 
     def rollback(self, step: int) -> int | None:
-        """Every chunk's checkpoint is 'kept': back to ``step``, and the policy is valid again."""
+        """Every chunk's checkpoint is 'kept': back to ``step``, and the policy is valid and mixed again."""
         self.rollbacks.append(step)
-        self.step, self.validity_override = step, None
+        self.step, self.validity_override, self.topic_collapse = step, None, False
         return step
 
     def score(self, texts: Sequence[str]) -> Scored:

@@ -17,9 +17,10 @@ The ``rising`` scenario announces a new solver version every ``rise_every`` cycl
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,36 @@ class Scenario:
         return {f"v{i}": base_skill + i * self.rise_step for i in range(1, jumps + 1)}
 
 
-def embedded_config(data_dir: Path, generator: str, scenario: Scenario, bootstrap_steps: int | None = None
-                    ) -> PropelConfig:
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """``SECTION.KEY=VALUE`` (the value read as JSON where it parses, else as a string) → its three parts."""
+    key, sep, value = item.partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not section or not name:
+        raise ValueError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. rl.topic_share_weight=0")
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return section, name, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``raw`` (a config dump) with each ``SECTION.KEY=VALUE`` set; an unknown section or key is an error."""
+    for item in overrides:
+        section, name, value = parse_override(item)
+        if not isinstance(raw.get(section), dict) or name not in raw[section]:
+            raise ValueError(f"--set {item!r}: the config has no {section}.{name}")
+        raw[section][name] = value
+    return raw
+
+
+def embedded_config(data_dir: Path, generator: str, scenario: Scenario, bootstrap_steps: int | None = None,
+                    overrides: Sequence[str] = ()) -> PropelConfig:
     """The embedded default config (``propel run`` with no ``--config``, what ``make run`` uses) with its
-    own data directory, the cached bootstrap generator, the API off (``--no-api``) and, when rising, the
-    skill of each announced version."""
-    raw = load_config(None).model_dump(mode="json")
+    own data directory, the cached bootstrap generator, the API off (``--no-api``), ``overrides``
+    (``SECTION.KEY=VALUE``, to measure a setting against the defaults) and, when rising, the skill of each
+    announced version."""
+    raw = apply_overrides(load_config(None).model_dump(mode="json"), overrides)
     raw["data_dir"] = str(data_dir)
     raw["generator"]["model"] = generator
     raw["generator"]["bootstrap_steps"] = bootstrap_steps

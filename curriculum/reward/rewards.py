@@ -26,6 +26,11 @@ within the GRPO group and against the archive of emitted tasks) from its **valid
 only, and never takes a valid reward down to the invalid floor: the hard gate clips at
 ``valid_minimum`` as before, the soft gate at ``floor / 2``. The mean penalty of the valid
 completions is logged as ``diversity_penalty`` (``propel/diversity_penalty``).
+
+Topic share (issue #34): a probe reward built with a :class:`curriculum.reward.topic_share.TopicShareTerm`
+also subtracts ``weight × penalty`` (penalty ∈ [0, 1], the topic's share of the recent window above its
+target) from its valid completions, under the same valid minimum; the mean penalty of the valid
+completions is logged as ``topic_share_penalty`` (``propel/topic_share_penalty``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.domains.base import Domain, Validity, generation_text
 from curriculum.labelling.spotcheck import compute_label, grade_outcome
 from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.topic_share import TopicShareTerm
 from probes.band import Band
 
 
@@ -69,6 +75,7 @@ class RewardCallLog:
     clipped_share: float = 0.0
     solver_trials: int = 0
     diversity_penalty: float | None = None  # mean over valid completions; None when the term is off
+    topic_share_penalty: float | None = None  # mean over valid completions; None when the term is off
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items() if v is not None}
@@ -120,7 +127,8 @@ class _LoggedReward:
                                            for p, c in zip(prompts, completions, strict=True)])
 
     def _record(self, rewards: list[float], valid: Sequence[bool], kwargs: dict[str, Any],
-                clipped: int = 0, trials: int = 0, diversity_penalty: float | None = None) -> list[float]:
+                clipped: int = 0, trials: int = 0, diversity_penalty: float | None = None,
+                topic_share_penalty: float | None = None) -> list[float]:
         if any(not math.isfinite(r) for r in rewards):
             raise RewardError(f"{type(self).__name__} produced a non-finite reward: {rewards}")
         arr = np.asarray(rewards, dtype=np.float64)
@@ -130,15 +138,16 @@ class _LoggedReward:
             zero_spread_share=zero_spread_share(rewards, self.group_size),
             validity_rate=float(np.mean(valid)) if len(valid) else float("nan"),
             clipped_share=clipped / max(1, len(rewards)), solver_trials=trials,
-            diversity_penalty=diversity_penalty,
+            diversity_penalty=diversity_penalty, topic_share_penalty=topic_share_penalty,
         )
         self.logs.append(log)
         log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if log_metric is not None:
             for key in ("validity_rate", "zero_spread_share", "clipped_share"):
                 log_metric(f"propel/{key}", float(getattr(log, key)))
-            if diversity_penalty is not None:
-                log_metric("propel/diversity_penalty", diversity_penalty)
+            for key, value in (("diversity_penalty", diversity_penalty), ("topic_share_penalty", topic_share_penalty)):
+                if value is not None:
+                    log_metric(f"propel/{key}", value)
         return rewards
 
 
@@ -165,6 +174,21 @@ class ProbeReward(_LoggedReward, ABC):
 
     scorer: Scorer
     diversity: DiversityTerm | None = None
+    topic_share: TopicShareTerm | None = None
+
+    def _penalise(self, checks: Sequence[Validity], rewards: list[float]) -> tuple[list[float], dict[str, float]]:
+        """``rewards`` minus the diversity and topic-share terms on the valid completions, and the mean
+        penalty of each term that is on (``diversity_penalty``, ``topic_share_penalty``)."""
+        out, penalty = self._diversify(checks, rewards)
+        means: dict[str, float] = {} if penalty is None else {"diversity_penalty": penalty}
+        term = self.topic_share
+        if term is not None:
+            valid = [i for i, v in enumerate(checks) if v.valid]
+            penalties = term.penalties([self.domain.topic(v.task) if v.valid else None for v in checks])
+            for i in valid:
+                out[i] -= term.weight * penalties[i]
+            means["topic_share_penalty"] = float(np.mean([penalties[i] for i in valid])) if valid else 0.0
+        return out, means
 
     def _diversify(self, checks: Sequence[Validity], rewards: list[float]) -> tuple[list[float], float | None]:
         """``rewards`` minus ``weight × penalty`` on the valid completions, and the mean penalty of the
@@ -192,9 +216,11 @@ class ProbeReward(_LoggedReward, ABC):
         rewards = [floor] * len(checks)
         for i, score in zip(idx, scores, strict=True):
             rewards[i] = float(score)
-        rewards, penalty = self._diversify(checks, rewards)
+        rewards, penalties = self._penalise(checks, rewards)
         clipped = _clip_valid(rewards, idx, valid_minimum)
-        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped, diversity_penalty=penalty)
+        return self._record(rewards, [v.valid for v in checks], kwargs, clipped=clipped,
+                            diversity_penalty=penalties.get("diversity_penalty"),
+                            topic_share_penalty=penalties.get("topic_share_penalty"))
 
     @abstractmethod
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
@@ -306,19 +332,23 @@ class ProbeOnlyReward(ProbeReward):
     def from_scores(self, checks: Sequence[Validity], logits: Sequence[float], probabilities: Sequence[float],
                     **kwargs: Any) -> list[float]:
         _check_scores(self.scored_indices(checks), logits, self.__name__)
-        rewards, penalty = self._diversify(checks, [float(x) for x in logits])
-        return self._record(rewards, [v.valid for v in checks], kwargs, diversity_penalty=penalty)
+        rewards, penalties = self._penalise(checks, [float(x) for x in logits])
+        return self._record(rewards, [v.valid for v in checks], kwargs,
+                            diversity_penalty=penalties.get("diversity_penalty"),
+                            topic_share_penalty=penalties.get("topic_share_penalty"))
 
 
 PROBE_REWARDS = ("hard_gate", "soft_gate", "probe_only")
 
 
 def build_reward(kind: str, domain: Domain, scorer: Scorer, calibration_texts: Sequence[str], group_size: int,
-                 margin: float = 1.0, diversity: DiversityTerm | None = None) -> ProbeReward:
+                 margin: float = 1.0, diversity: DiversityTerm | None = None,
+                 topic_share: TopicShareTerm | None = None) -> ProbeReward:
     """The probe reward named by ``rl.reward``: what the daemon's engine and the toy benchmark both train on.
 
     ``calibration_texts`` (reference texts of a base-policy sample) set the hard gate's floor;
-    ``diversity`` (optional) is the repetition penalty subtracted from valid completions."""
+    ``diversity`` (optional) is the repetition penalty subtracted from valid completions, ``topic_share``
+    (optional) the penalty on over-represented topics."""
     reward: ProbeReward
     if kind == "hard_gate":
         reward = HardGateReward.calibrated(domain, scorer, calibration_texts, group_size, margin)
@@ -328,7 +358,7 @@ def build_reward(kind: str, domain: Domain, scorer: Scorer, calibration_texts: S
         reward = ProbeOnlyReward(domain, scorer, group_size)
     else:
         raise ValueError(f"unknown probe reward {kind!r}: choose one of {', '.join(PROBE_REWARDS)}")
-    reward.diversity = diversity
+    reward.diversity, reward.topic_share = diversity, topic_share
     return reward
 
 

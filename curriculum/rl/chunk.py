@@ -40,6 +40,7 @@ class ChunkStats:
     reward_name: str
     solver_trials: int = 0
     diversity_penalty: float | None = None  # mean over the chunk's reward calls; None when the term is off
+    topic_share_penalty: float | None = None  # mean over the chunk's reward calls; None when the term is off
 
     @property
     def steps(self) -> int:
@@ -74,12 +75,17 @@ def _history_stats(history: list[dict[str, Any]], start_step: int) -> tuple[dict
     return means, (_mean(kls) if kls else None)
 
 
-def _reward_log_stats(reward: RewardFn, first_log: int) -> tuple[float, int, float | None]:
+def _log_mean(logs: list[Any], key: str) -> float | None:
+    """Mean of a penalty over the reward calls that logged it; ``None`` when its term is off."""
+    values = [float(p) for log in logs if (p := getattr(log, key, None)) is not None]
+    return _mean(values) if values else None
+
+
+def _reward_log_stats(reward: RewardFn, first_log: int) -> tuple[float, int, float | None, float | None]:
     logs = list(getattr(reward, "logs", []))[first_log:]
     validity = _mean([float(log.validity_rate) for log in logs])
     trials = sum(int(getattr(log, "solver_trials", 0)) for log in logs)
-    penalties = [float(p) for log in logs if (p := getattr(log, "diversity_penalty", None)) is not None]
-    return validity, trials, (_mean(penalties) if penalties else None)
+    return validity, trials, _log_mean(logs, "diversity_penalty"), _log_mean(logs, "topic_share_penalty")
 
 
 def anchor_kl_to_base(model: Any) -> None:
@@ -122,13 +128,13 @@ def run_chunk(model: Any, tokenizer: Any, reward: RewardFn, config: GeneratorRLC
     end_step = int(trainer.state.global_step)
     staged = staging / f"checkpoint-{end_step}"
     hist, kl = _history_stats(trainer.state.log_history, start_step)
-    validity, trials, penalty = _reward_log_stats(reward, first_log)
+    validity, trials, penalty, topic_penalty = _reward_log_stats(reward, first_log)
     name = str(getattr(reward, "__name__", type(reward).__name__))
     stats = ChunkStats(
         start_step=start_step, end_step=end_step, reward_mean=hist["reward_mean"], reward_std=hist["reward_std"],
         zero_spread_share=hist["zero_spread_share"], validity_rate=validity, kl=kl, wall_s=wall_s,
         adapter_hash=adapter_hash(model), checkpoint="", reward_name=name,
-        solver_trials=trials, diversity_penalty=penalty,
+        solver_trials=trials, diversity_penalty=penalty, topic_share_penalty=topic_penalty,
     )
     meta = {"stats": stats.to_dict(), "config_hash": config.config_hash(), **(provenance or {})}
     committed = store.commit(staged, meta)

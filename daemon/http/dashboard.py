@@ -45,7 +45,8 @@ from daemon.ops.replay import AlertInterval, UnknownRunError, find_run, load_his
 router = APIRouter(tags=["dashboard"])
 
 PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("collapse", "Collapse metrics", ("top_topic_share", "distinct3", "self_bleu3", "rl_diversity_penalty")),
+    ("collapse", "Collapse metrics", ("top_topic_share", "distinct3", "self_bleu3", "rl_diversity_penalty",
+                                          "rl_topic_share_penalty")),
     ("generator", "Generator", ("validity", "reward_mean", "reward_var")),
     ("probes", "Probe quality and spot-checks",
      ("probe_precision", "false_positive_rate", "spotcheck_utility", "solver_budget_used")),
@@ -59,6 +60,7 @@ UNITS: dict[str, tuple[str, str]] = {
     "distinct3": ("unique / total 3-grams (0–1)", "per cycle"),
     "self_bleu3": ("Self-BLEU-3 (0–1)", "per cycle"),
     "rl_diversity_penalty": ("reward's repetition penalty (0–1)", "mean of the RL chunk"),
+    "rl_topic_share_penalty": ("reward's topic-share penalty (0–1)", "mean of the RL chunk"),
     "validity": ("share of samples (0–1)", "per cycle"),
     "reward_mean": ("reward (probe logit)", "per cycle"),
     "reward_var": ("reward variance (RVP)", "per cycle"),
@@ -76,6 +78,7 @@ UNITS: dict[str, tuple[str, str]] = {
 #: What an empty panel says when "no data yet" would mislead (the metric exists only when switched on).
 EMPTY: dict[str, str] = {
     "rl_diversity_penalty": "rl_diversity_penalty: no data\n(recorded when rl.diversity_weight > 0)",
+    "rl_topic_share_penalty": "rl_topic_share_penalty: no data\n(recorded when rl.topic_share_weight > 0)",
     "verified_utility": "verified_utility: unverified\n(no label of a probe-high task in the window)"}
 RECENT_PROBE_CHANGES = 10
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)

@@ -244,7 +244,7 @@ class Driver(HealthWatch):
         sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
         values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
         values |= self._probe_trust(cycle, state)
-        values |= self._rollback_check(state, sampled.get("validity"))
+        values |= self._rollback_check(state, sampled.get("validity"), sampled.get("top_topic_share"))
         values |= self._end_long_pauses(cycle, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit

@@ -1,4 +1,4 @@
-"""Roll the generator back to a healthy checkpoint when validity collapses (#34), as pure rules.
+"""Roll the generator back to a healthy checkpoint when validity or the topic mix collapses (#34), as pure rules.
 
 Unpaced, the embedded default's validity fell to 0–5 % (cycles 91, 100–101) and ``raise_kl`` did not
 bring it back. A cycle is *healthy* when its sample's validity is at least ``healthy_validity`` —
@@ -8,7 +8,14 @@ remembers the healthy cycle's generator step and keeps that checkpoint from bein
 (``pin_checkpoint``). When validity stays below ``validity`` for ``cycles`` cycles in a row, the
 generator is rolled back to the last healthy step — never twice to the same step without a healthy
 cycle in between (:func:`repeated`): then it is logged and counted instead, and an escalation goes on
-to its next level. ``validity = 0`` turns rollback off.
+to its next level. ``validity = 0`` turns the validity rollback off.
+
+**Topic collapse.** Left alone, the generator put 0.96 of its valid tasks on one topic by cycle ~24,
+and the reward's topic-share term (:mod:`curriculum.reward.topic_share`) only delays that: GRPO's
+within-group normalisation cannot pull an already collapsed policy back. So a cycle is healthy only when
+its top-topic share is also at most ``healthy_top_topic_share``, and when the top-topic share stays above
+``top_topic_share`` for ``cycles`` cycles in a row the generator is rolled back to that healthy checkpoint
+(same pinning, same no-repeat rule). ``top_topic_share = 1`` turns it off.
 """
 
 from __future__ import annotations
@@ -18,18 +25,21 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RollbackRule:
-    validity: float = 0.0  # collapse: sample validity below this … (0: never roll back)
-    cycles: int = 3  # … for this many cycles in a row
-    healthy_validity: float = 0.9  # a cycle at or above this, with trusted probes, marks its checkpoint healthy
+    validity: float = 0.0  # collapse: sample validity below this … (0: never roll back on validity)
+    cycles: int = 3  # … (or top-topic share above top_topic_share) for this many cycles in a row
+    healthy_validity: float = 0.9  # a cycle at or above this … marks its checkpoint healthy
+    top_topic_share: float = 1.0  # collapse: top-topic share above this … (1: never roll back on topics)
+    healthy_top_topic_share: float = 1.0  # … with a top-topic share at most this
 
     @property
     def on(self) -> bool:
-        return self.validity > 0
+        return self.validity > 0 or self.top_topic_share < 1
 
 
-def is_healthy(validity: float, rule: RollbackRule) -> bool:
-    """The generator's checkpoint is judged on validity alone."""
-    return validity >= rule.healthy_validity
+def is_healthy(validity: float, rule: RollbackRule, top_topic_share: float | None = None) -> bool:
+    """The generator's checkpoint is judged on its sample: validity and topic mix (not on the probes)."""
+    mixed = top_topic_share is None or top_topic_share <= rule.healthy_top_topic_share
+    return validity >= rule.healthy_validity and mixed
 
 
 def repeated(wanted: int | None, rolled_back_to: int | None) -> bool:
@@ -40,6 +50,13 @@ def repeated(wanted: int | None, rolled_back_to: int | None) -> bool:
 def low_streak(before: int, validity: float, rule: RollbackRule) -> int:
     """Consecutive cycles with validity below the collapse limit."""
     return before + 1 if validity < rule.validity else 0
+
+
+def high_topic_streak(before: int, top_topic_share: float | None, rule: RollbackRule) -> int:
+    """Consecutive cycles with the top-topic share above the collapse limit (no valid task: the streak holds)."""
+    if top_topic_share is None:
+        return before
+    return before + 1 if top_topic_share > rule.top_topic_share else 0
 
 
 def target(streak: int, rule: RollbackRule, healthy_step: int | None, current_step: int) -> int | None:
@@ -54,13 +71,20 @@ def collapse(rule: RollbackRule, last_validity: float) -> str:
     return f"validity below {rule.validity:.0%} for {rule.cycles} cycles in a row (last {last_validity:.0%})"
 
 
+def topic_collapse(rule: RollbackRule, last_share: float) -> str:
+    """Why a topic rollback is due, in words."""
+    return (f"top-topic share above {rule.top_topic_share:.0%} for {rule.cycles} cycles in a row "
+            f"(last {last_share:.0%})")
+
+
 def describe(rule: RollbackRule, why: str, current_step: int, restored: int | None, wanted: int) -> str:
     """The log line of a rollback (or of one that found no checkpoint); ``why``: the collapse or the escalation."""
     if restored is None:
         return (f"{why}: cannot roll the generator back to step {wanted} (the last healthy one): no checkpoint at or "
                 "before it is recorded")
+    mix = f" and top-topic share ≤ {rule.healthy_top_topic_share:.0%}" if rule.healthy_top_topic_share < 1 else ""
     return (f"{why}: generator rolled back from step {current_step:,} to step {restored:,}, the last cycle with "
-            f"validity ≥ {rule.healthy_validity:.0%}")
+            f"validity ≥ {rule.healthy_validity:.0%}{mix}")
 
 
 def describe_repeat(why: str, wanted: int) -> str:

@@ -106,11 +106,14 @@ class DriverState(BaseModel):
     topic_baseline_probes: str = Field("", description="the probe ensemble the baseline was taken under")
     suspect_until: int = Field(-1, description="the probes are suspect through this cycle")
     suspect_why: str = ""
-    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity): "
+    healthy_step: int | None = Field(None, description="generator step of the last healthy cycle (validity, topic "
+                                     "mix): "
                                      "the rollback target, pinned (daemon.loop.rollback)")
     rolled_back_to: int | None = Field(None, description="the step of the last rollback: not rolled back to "
                                        "again until a healthy cycle gives a new target")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
+    high_topic_cycles: int = Field(0, ge=0, description="cycles in a row with the top-topic share above the "
+                                   "rollback limit")
     mitigations: list[Applied] = Field(default_factory=list, description="mitigations applied by alerts, measured "
                                        "and escalated (daemon.loop.escalation)")
     emission_paused_by: list[str] = Field(default_factory=list, description="alert rules whose escalation paused "

@@ -69,20 +69,25 @@ class HealthWatch:
             cycle, state.suspect_until, why, state.suspect_why, hacking.acting(self.s.suspect))})
         return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
 
-    def _rollback_check(self, state: DriverState, validity: float | None) -> dict[str, float]:
-        """Remember the last healthy generator step; roll back to it when validity collapses."""
+    def _rollback_check(self, state: DriverState, validity: float | None, top_share: float | None
+                        ) -> dict[str, float]:
+        """Remember the last healthy generator step; roll back to it when validity or the topic mix collapses."""
         rule = self.s.rollback
         if not rule.on or validity is None:
             return {}
         step = int(self.engine.provenance().get("generator_step") or 0)
-        if rollback.is_healthy(validity, rule):  # validity alone: suspect probes say nothing about the generator
+        if rollback.is_healthy(validity, rule, top_share):  # the sample alone: suspect probes say nothing of it
             state.healthy_step = step
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
-        wanted = rollback.target(state.low_validity_cycles, rule, state.healthy_step, step)
+        state.high_topic_cycles = rollback.high_topic_streak(state.high_topic_cycles, top_share, rule)
+        streak = max(state.low_validity_cycles, state.high_topic_cycles)
+        wanted = rollback.target(streak, rule, state.healthy_step, step)
         if wanted is None:
             return {}
-        state.low_validity_cycles = 0
-        return self._roll_back(state, wanted, step, rollback.collapse(rule, validity))
+        why = (rollback.collapse(rule, validity) if state.low_validity_cycles >= rule.cycles
+               else rollback.topic_collapse(rule, top_share or 0.0))
+        state.low_validity_cycles = state.high_topic_cycles = 0
+        return self._roll_back(state, wanted, step, why)
 
     def _roll_back(self, state: DriverState, wanted: int, step: int, why: str) -> dict[str, float]:
         """Roll the generator back to ``wanted`` (one log line and the same metrics for a collapse and an

@@ -43,6 +43,7 @@ from daemon.service.settings import (
     build_configured_solver,
     restored_diversity_term,
     sampling,
+    topic_share_term,
 )
 from probes import (
     ExtractionConfig,
@@ -111,6 +112,7 @@ class PropelEngine:
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
         self.band = band(cfg)
         self.diversity = restored_diversity_term(cfg, store, run_id)  # one archive: survives reloads, restarts
+        self.topic_share = topic_share_term(cfg)  # one window: survives probe reloads and rollbacks
         say(f"generator step {self.trainer.global_step} · reference {self.reference.model_id} "
             f"({self.reference.fingerprint[:19]}…) · probe feature {self.spec.name}")
         self.calibration_texts = self._calibration_texts()
@@ -139,7 +141,7 @@ class PropelEngine:
                                                  ExtractionConfig(batch_size=self.cfg.reference.batch_size))
         self.reward: ProbeReward = build_reward(self.cfg.rl.reward, self.domain, self.scorer, self.calibration_texts,
                                                 self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin,
-                                                diversity=self.diversity)
+                                                diversity=self.diversity, topic_share=self.topic_share)
         self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
                  f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
 
@@ -226,6 +228,8 @@ class PropelEngine:
             out["kl"] = stats.kl
         if stats.diversity_penalty is not None:
             out["diversity_penalty"] = stats.diversity_penalty
+        if stats.topic_share_penalty is not None:
+            out["topic_share_penalty"] = stats.topic_share_penalty
         return out
 
     def observe_emitted(self, texts: Sequence[str], topics: Sequence[str | None]) -> None:

@@ -14,6 +14,7 @@ from curriculum.common.solver_api import Sampling, SolverBackend
 from curriculum.frontier.staleness import StalenessPolicy
 from curriculum.probing.first_probe import ActiveSettings
 from curriculum.reward.novelty import DiversityTerm
+from curriculum.reward.topic_share import TopicShareTerm
 from curriculum.solvers import build_solver
 from curriculum.store import repo
 from curriculum.store.artifacts import ArtifactError, ArtifactStore, open_artifacts
@@ -124,6 +125,14 @@ def diversity_term(cfg: PropelConfig) -> DiversityTerm | None:
                          rollout_window=rl.diversity_rollout_window)
 
 
+def topic_share_term(cfg: PropelConfig) -> TopicShareTerm | None:
+    """The reward's topic-share penalty (``rl.topic_share_*``); ``None`` when ``rl.topic_share_weight`` is 0 (off)."""
+    rl = cfg.rl
+    if rl.topic_share_weight == 0:
+        return None
+    return TopicShareTerm(rl.topic_share_weight, target=rl.topic_share_target, window=rl.topic_share_window)
+
+
 def restored_diversity_term(cfg: PropelConfig, store: Store, run_id: int) -> DiversityTerm | None:
     """:func:`diversity_term` with its archive refilled from the run's most recently emitted tasks (a
     restarted daemon goes on comparing against what it emitted before)."""
@@ -204,7 +213,9 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         worker_silence_s=cfg.daemon.worker_silence_s, unverified_grace_s=cfg.emission.unverified_grace_s,
         emission_stall_cycles=cfg.emission.stall_cycles, suspect=suspect_limits(cfg),
         rollback=RollbackRule(validity=cfg.health.rollback_validity, cycles=cfg.health.rollback_cycles,
-                              healthy_validity=cfg.health.healthy_validity),
+                              healthy_validity=cfg.health.healthy_validity,
+                              top_topic_share=cfg.health.rollback_top_topic_share,
+                              healthy_top_topic_share=cfg.health.healthy_top_topic_share),
         escalate_after_cycles=cfg.health.escalate_after_cycles, max_paused_cycles=cfg.health.max_paused_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
         frontier=frontier_settings(cfg))

@@ -213,6 +213,30 @@ def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
     assert driver.state()[2].healthy_step not in (None, 20)
 
 
+def test_a_topic_collapse_rolls_the_generator_back_to_the_last_mixed_step(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Valid but one topic (the long run's collapse): no healthy step while collapsed, a rollback after
+    ``cycles`` cycles above the limit, to the last step whose sample was valid *and* mixed."""
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8, top_topic_share=0.45,
+                        healthy_top_topic_share=0.3)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):  # ~90 % valid, many topics: healthy at step 10, then 20
+        assert _cycle_values(driver)["top_topic_share"] <= 0.3
+    assert driver.state()[2].healthy_step == 20
+    engine.topic_collapse = True  # still ~90 % valid, all mul:3
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(2)]
+    assert [v["top_topic_share"] for v in values] == [1.0, 1.0] and [v["validity"] > 0.8 for v in values] == [True] * 2
+    assert [v.get("rolled_back") for v in values] == [None, 1.0] and engine.rollbacks == [20]
+    said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+    assert said == ["top-topic share above 45% for 2 cycles in a row (last 100%): generator rolled back from step 40 "
+                    "to step 20, the last cycle with validity ≥ 80% and top-topic share ≤ 30%"]
+    state = driver.state()[2]
+    assert state.totals.rollbacks == 1 and state.high_topic_cycles == 0 and state.healthy_step == 20
+    assert _cycle_values(driver)["top_topic_share"] <= 0.3  # mixed again: a new target
+    assert driver.state()[2].healthy_step == 30
+
+
 def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_emission(
         sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A rule the fake policy keeps breaking (validity < 0.95; it is ~0.9) with raise_kl: after 2 cycles the

@@ -53,7 +53,8 @@ VALUES: dict[str, Any] = {
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
     "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True, "rl.diversity_weight": 0.3,
     "rl.diversity_archive_size": 77, "rl.diversity_topic_quota": 0.5, "rl.diversity_measure": "self_bleu",
-    "rl.diversity_rollout_window": 33,
+    "rl.diversity_rollout_window": 33, "rl.topic_share_weight": 0.5, "rl.topic_share_target": 0.2,
+    "rl.topic_share_window": 99,
     "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.high_water_mark": 77,
     "emission.max_attempts": 3, "emission.unverified_grace_s": 60.0, "emission.stall_cycles": 4,
     "emission.verified_window_cycles": 12,
@@ -61,7 +62,7 @@ VALUES: dict[str, Any] = {
     "health.suspect_min_labels": 5, "health.suspect_hold_cycles": 3, "health.rollback_validity": 0.2,
     "health.rollback_cycles": 4, "health.healthy_validity": 0.8, "health.escalate_after_cycles": 7,
     "health.suspect_baseline_cycles": 3, "health.suspect_response": "verified_only", "health.suspect_raise": 0.2,
-    "health.max_paused_cycles": 11,
+    "health.max_paused_cycles": 11, "health.rollback_top_topic_share": 0.6, "health.healthy_top_topic_share": 0.4,
     "alerts.sample_size": 24, "alerts.webhook_url": "http://hooks.local/x",
     "alerts.rules": [{"name": "v", "metric": "validity", "comparator": "<", "threshold": 0.2}],
     "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
@@ -167,6 +168,9 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "rl.diversity_topic_quota": lambda c: getattr(_diversity(c), "topic_quota", None),
         "rl.diversity_measure": lambda c: getattr(_diversity(c), "measure", None),
         "rl.diversity_rollout_window": lambda c: getattr(_diversity(c), "rollout_window", None),
+        "rl.topic_share_weight": lambda c: getattr(_topic_share(c), "weight", None),
+        "rl.topic_share_target": lambda c: getattr(_topic_share(c), "target", None),
+        "rl.topic_share_window": lambda c: getattr(_topic_share(c), "window", None),
         "emission.min_probability": lambda c: ds(c).min_probability,
         "emission.max_topic_share": lambda c: ds(c).max_topic_share,
         "emission.high_water_mark": lambda c: ds(c).high_water_mark,
@@ -182,6 +186,8 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "health.rollback_validity": lambda c: ds(c).rollback.validity,
         "health.rollback_cycles": lambda c: ds(c).rollback.cycles,
         "health.healthy_validity": lambda c: ds(c).rollback.healthy_validity,
+        "health.rollback_top_topic_share": lambda c: ds(c).rollback.top_topic_share,
+        "health.healthy_top_topic_share": lambda c: ds(c).rollback.healthy_top_topic_share,
         "health.escalate_after_cycles": lambda c: ds(c).escalate_after_cycles,
         "health.suspect_baseline_cycles": lambda c: ds(c).suspect.baseline_cycles,
         "health.suspect_response": lambda c: ds(c).suspect.response,
@@ -218,6 +224,14 @@ def _staleness(key: str) -> Callable[[PropelConfig], Any]:
     from daemon.service.settings import driver_settings
 
     return lambda c: getattr(driver_settings(c).frontier.staleness, key)
+
+
+def _topic_share(c: PropelConfig) -> Any:
+    from daemon.service.settings import topic_share_term
+
+    source = (ROOT / "daemon" / "service" / "engine.py").read_text()
+    assert "topic_share=self.topic_share" in source  # the engine hands the term to build_reward
+    return topic_share_term(c)
 
 
 def _diversity(c: PropelConfig) -> Any:

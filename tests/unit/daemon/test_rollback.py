@@ -1,4 +1,4 @@
-"""Generator rollback on validity collapse (#34): the pure rules (tables)."""
+"""Generator rollback on validity or topic collapse (#34): the pure rules (tables)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ RULE = RollbackRule(validity=0.3, cycles=3, healthy_validity=0.9)
 
 
 @pytest.mark.parametrize(("validity", "healthy"), [(0.95, True), (0.9, True), (0.89, False), (0.1, False)])
-def test_a_healthy_checkpoint_is_judged_on_validity_alone(validity: float, healthy: bool) -> None:
+def test_a_healthy_checkpoint_is_judged_on_its_sample_not_the_probes(validity: float, healthy: bool) -> None:
     # suspect probes or an open alert say nothing about the generator: in the long run they froze the target
     assert rollback.is_healthy(validity, RULE) is healthy
 
@@ -48,3 +48,34 @@ def test_the_log_line_reads() -> None:
     assert rollback.describe_repeat("alert topic_collapse escalated", 490) == (
         "alert topic_collapse escalated: not rolling the generator back to step 490 again (rolled back there "
         "already, no healthy cycle since)")
+
+
+TOPIC = RollbackRule(validity=0.3, cycles=3, healthy_validity=0.9, top_topic_share=0.45, healthy_top_topic_share=0.3)
+
+
+@pytest.mark.parametrize(("validity", "share", "healthy"), [
+    (0.95, 0.2, True), (0.95, 0.3, True), (0.95, 0.31, False),  # a collapsed topic mix is no rollback target
+    (0.5, 0.2, False), (0.95, None, True)])  # no valid task: judged on validity
+def test_a_healthy_checkpoint_also_has_a_mixed_topic_sample(validity: float, share: float | None,
+                                                           healthy: bool) -> None:
+    assert rollback.is_healthy(validity, TOPIC, share) is healthy
+    assert rollback.is_healthy(validity, RULE, share) is (validity >= 0.9)  # off at the old rule's share 1
+
+
+@pytest.mark.parametrize(("before", "share", "after"), [(0, 0.9, 1), (2, 0.46, 3), (2, 0.45, 0), (2, None, 2)])
+def test_high_topic_streak(before: int, share: float | None, after: int) -> None:
+    assert rollback.high_topic_streak(before, share, TOPIC) == after
+    assert rollback.high_topic_streak(before, 1.0, RULE) == 0  # top_topic_share 1: never a collapse
+
+
+def test_topic_rollback_alone_turns_the_rule_on() -> None:
+    rule = RollbackRule(validity=0.0, top_topic_share=0.45)
+    assert rule.on and not RollbackRule(validity=0.0).on
+    assert rollback.target(3, rule, 640, 910) == 640
+
+
+def test_the_topic_log_line_reads() -> None:
+    why = rollback.topic_collapse(TOPIC, 0.96)
+    assert rollback.describe(TOPIC, why, 910, 640, 640) == (
+        "top-topic share above 45% for 3 cycles in a row (last 96%): generator rolled back from step 910 to step "
+        "640, the last cycle with validity ≥ 90% and top-topic share ≤ 30%")
