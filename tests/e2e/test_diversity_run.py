@@ -1,6 +1,7 @@
 """`propel run` with the reward's diversity term on (``rl.diversity_weight > 0``): the real engine builds
 the term into its reward, the emit phase feeds its archive, and every RL chunk records
-``rl_diversity_penalty`` — on the embedded defaults (SQLite, in-process spot-checks, synthetic solver)."""
+``rl_diversity_penalty`` — on the embedded defaults (SQLite, in-process spot-checks, synthetic solver), where
+the topic-share term is on by default and records ``rl_topic_share_penalty`` the same way."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def test_daemon_runs_with_the_diversity_term(tmp_path: Path, tiny_generator: Pat
         with store.session() as s:
             points = s.execute(select(MetricPoint.cycle, MetricPoint.value)
                                .where(MetricPoint.name == "rl_diversity_penalty").order_by(MetricPoint.cycle)).all()
+            topic = s.execute(select(MetricPoint.cycle, MetricPoint.value)
+                              .where(MetricPoint.name == "rl_topic_share_penalty").order_by(MetricPoint.cycle)).all()
             emitted = s.scalars(select(QueueItem.id)).all()
         assert [c for c, _ in points] == [0, 1] and all(0.0 <= v <= 1.0 for _, v in points), points
+        assert [c for c, _ in topic] == [0, 1] and all(0.0 <= v <= 1.0 for _, v in topic), topic
         assert emitted, "cycle 0 emitted nothing: cycle 1's chunk saw an empty archive"
     finally:
         store.dispose()
