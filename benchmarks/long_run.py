@@ -217,6 +217,9 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
 @click.option("--rise-step", type=float, default=1.0, show_default=True, help="rising: skill added per version")
 @click.option("--max-minutes", type=float, default=None, help="stop each scenario's daemon after this long")
 @click.option("--quick", is_flag=True, help="4 cycles per scenario, blocks of 2, a 60-step bootstrap: the wiring")
+@click.option("--bootstrap-steps", type=click.IntRange(1), default=None,
+              help="bootstrap the generator with this many steps instead of the default recipe's (recorded in the "
+                   "JSON; a different generator: compare only runs made with the same one)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel"), show_default=True,
               help="where the bootstrapped generator is cached (the same cache `propel run` uses)")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None,
@@ -228,7 +231,7 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
                    "e.g. --set rl.topic_share_weight=0; recorded in the JSON")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
-         plot_only: bool, overrides: tuple[str, ...]) -> None:
+         plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None) -> None:
     """The daemon on its defaults for N cycles: emitted in-band, diversity, spending and RSS per block."""
     result = RESULTS / f"{name}.json"
     if plot_only:
@@ -239,7 +242,7 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
         click.echo(table(data))
         return
     configure_logging("text", logging.INFO)  # as the `propel` root group does
-    steps = 60 if quick else None
+    steps = 60 if quick else bootstrap_steps
     if quick:
         cycles, block, rise_every = 4, 2, 2
     rise_every = rise_every or max(1, cycles // 5)
