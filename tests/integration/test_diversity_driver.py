@@ -60,4 +60,4 @@ def test_driver_with_diversity_term_records_the_penalty_and_fills_the_archive(pg
         page = httpx.get(f"{url}/dashboard", timeout=60).text
     assert data["metrics"]["rl_diversity_penalty"] == [[c, v] for c, v in points]
     collapse = page[page.index('id="metrics-collapse"'):page.index('id="metrics-generator"')]
-    assert "rl_diversity_penalty (mean of the RL chunk)" in collapse and "no data" not in collapse
+    assert "rl_diversity_penalty (mean of the RL chunk)" in collapse and "rl_diversity_penalty: no data" not in collapse
