@@ -9,6 +9,7 @@ import torch
 
 from curriculum.reward.novelty import DiversityTerm
 from curriculum.reward.rewards import HardGateReward, ProbeOnlyReward
+from curriculum.reward.topic_share import TopicShareTerm
 from curriculum.rl import GeneratorTrainer, cpu_profile
 from curriculum.rl.model import adapter_state, base_state
 from probes import ProbeScorer
@@ -45,7 +46,8 @@ def test_resume_after_restart_with_hot_swapped_reward(tmp_path: Path, tok, gener
 
     torch.set_num_threads(1)
     first = GeneratorTrainer(_config(), tmp_path, model=generator, tokenizer=tok)
-    assert first.train_steps(3, ProbeOnlyReward(domain, scorer, group_size=4)).diversity_penalty is None  # off
+    off = first.train_steps(3, ProbeOnlyReward(domain, scorer, group_size=4))
+    assert off.diversity_penalty is None and off.topic_share_penalty is None  # both terms off
     hash3 = first.adapter_hash()
     del first
     fresh = tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0)
@@ -54,9 +56,11 @@ def test_resume_after_restart_with_hot_swapped_reward(tmp_path: Path, tok, gener
     assert restarted.global_step == 3 and restarted.adapter_hash() == hash3
     swapped = HardGateReward(domain, ProbeScorer(reference, train_test_probe(reference, "linear", seed=4)),
                              floor=-100.0, group_size=4)
-    swapped.diversity = DiversityTerm("arith", weight=0.3)  # the chunk reports the term's mean penalty
+    swapped.diversity = DiversityTerm("arith", weight=0.3)  # the chunk reports each term's mean penalty
+    swapped.topic_share = TopicShareTerm(weight=1.0)
     stats = restarted.train_steps(2, swapped)
     assert stats.diversity_penalty is not None and 0.0 <= stats.diversity_penalty <= 1.0
+    assert stats.topic_share_penalty is not None and 0.0 <= stats.topic_share_penalty <= 1.0
     assert (stats.start_step, stats.end_step, restarted.global_step) == (3, 5, 5)
     assert restarted.adapter_hash() != hash3 and stats.reward_name == "hard_gate"
     assert restarted.store.chunk_meta()["stats"]["end_step"] == 5
