@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+PIP    := $(BIN)/pip install --progress-bar off --disable-pip-version-check
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: help install prereqs run test test-long test-fast lint bench clean
+.PHONY: help install install-run prereqs run test test-long test-fast lint bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -18,14 +20,23 @@ $(BIN)/python:
 
 # Re-installs only when pyproject.toml changes. torch is pinned and installed first: the CPU
 # wheel of torch==2.13.0 is local here, while an unpinned torch would pull GBs of CUDA packages.
+# Two stamps: `make run` needs the runtime dependencies only (.installed-run); `make test` and the
+# other developer targets need the dev extras too (.installed, which implies .installed-run).
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	touch $(RUN_STAMP) $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the project with dev extras
 
-run: $(STAMP)  ## run the daemon on the embedded default (SQLite under ./.propel; Ctrl-C stops, rerun resumes)
+install-run: $(RUN_STAMP)  ## create .venv and install the runtime dependencies only (what `make run` needs)
+
+run: $(RUN_STAMP)  ## run the daemon on the embedded default (SQLite under ./.propel; Ctrl-C stops, rerun resumes)
 	$(BIN)/propel run $(RUN_ARGS)
 
 prereqs:  ## check (as root on Debian: install) the system packages; one line per problem

@@ -8,7 +8,7 @@ misses on another is not taken). The load average is recorded with each arm: the
 
 Usage::
 
-    python -m benchmarks.bootstrap_recipe                       # the default grid, seeds 0 1 2
+    python -m benchmarks.bootstrap_recipe                       # the default grid, seeds 1 0 2
     python -m benchmarks.bootstrap_recipe --recipes 400:3e-3:30,500:4e-3:30 --seeds 0,1
     python -m benchmarks.bootstrap_recipe --quick               # 2 tiny recipes × 2 seeds (a smoke test)
 """
@@ -19,6 +19,7 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -28,7 +29,7 @@ from curriculum.rl.bootstrap import BootstrapSettings, bootstrap
 #: The validity the recipe must hold on every seed (issue #38).
 VALIDITY_GOAL = 0.95
 #: steps:lr:warmup arms of the default grid, cheapest first.
-DEFAULT_RECIPES = ("400:3e-3:30", "400:5e-3:30", "500:4e-3:30", "600:4e-3:30")
+DEFAULT_RECIPES = ("400:3e-3:30", "400:5e-3:30", "500:4e-3:30", "600:4e-3:30", "800:4e-3:30")
 QUICK_RECIPES = ("8:3e-3:2", "12:3e-3:2")
 
 
@@ -61,16 +62,19 @@ def run_arm(recipe: Recipe, seed: int, eval_samples: int) -> dict[str, Any]:
             "settings": asdict(settings)}
 
 
-def summarise(arms: list[dict[str, Any]], recipes: list[Recipe]) -> list[dict[str, Any]]:
-    """Per recipe: min/mean validity over seeds, mean train seconds, whether every seed holds the goal."""
+def summarise(arms: list[dict[str, Any]], recipes: list[Recipe], seeds: list[int]) -> list[dict[str, Any]]:
+    """Per recipe: min/mean validity over the seeds run, mean train seconds, and whether it holds the
+    goal on every seed of ``seeds`` (a recipe whose remaining seeds were skipped does not)."""
     out = []
     for recipe in recipes:
         rows = [a for a in arms if a["recipe"] == asdict(recipe)]
         vals = [a["validity"] for a in rows]
-        out.append({"recipe": asdict(recipe), "label": recipe.label, "seeds": [a["seed"] for a in rows],
+        run_seeds = [a["seed"] for a in rows]
+        out.append({"recipe": asdict(recipe), "label": recipe.label, "seeds": run_seeds,
+                    "seeds_skipped": [s for s in seeds if s not in run_seeds],
                     "validity": vals, "min_validity": min(vals), "mean_validity": sum(vals) / len(vals),
                     "mean_train_s": sum(a["train_s"] for a in rows) / len(rows),
-                    "holds_goal_every_seed": min(vals) >= VALIDITY_GOAL})
+                    "holds_goal_every_seed": min(vals) >= VALIDITY_GOAL and set(seeds) <= set(run_seeds)})
     return out
 
 
@@ -85,7 +89,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                         help="comma-separated steps:lr:warmup arms (default: %(default)s)")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each recipe runs on all")
+    parser.add_argument("--seeds", default="1,0,2",
+                        help="comma-separated seeds, in order: the one most likely to miss first (default %(default)s)")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="run every recipe on every seed (default: stop a recipe at its first miss, and the "
+                        "search at the first recipe that holds on every seed)")
     parser.add_argument("--eval-samples", type=int, default=BootstrapSettings().eval_samples,
                         help="samples per validity measurement (default: the recipe's, %(default)s)")
     parser.add_argument("--quick", action="store_true", help="two tiny recipes, two seeds, 64 samples (smoke test)")
@@ -94,6 +102,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     recipes = [Recipe.parse(r) for r in (QUICK_RECIPES if args.quick else args.recipes.split(","))]
     seeds = [0, 1] if args.quick else [int(s) for s in args.seeds.split(",")]
     eval_samples = 64 if args.quick else args.eval_samples
+    arms = search(recipes, seeds, eval_samples, exhaustive=args.exhaustive,
+                  on_arm=lambda done: _write(args.name, eval_samples, seeds, done, recipes, args.quick, final=False))
+    result = _write(args.name, eval_samples, seeds, arms, recipes, args.quick, final=True)
+    chosen = result["chosen"]
+    print("chosen:", chosen["label"] if chosen else f"none holds {VALIDITY_GOAL:.0%} on every seed")
+    return result
+
+
+def search(recipes: list[Recipe], seeds: list[int], eval_samples: int, exhaustive: bool = False,
+           on_arm: Callable[[list[dict[str, Any]]], object] | None = None) -> list[dict[str, Any]]:
+    """Run the arms, recipes in the given order (cheapest first), each on ``seeds`` in order.
+
+    Unless ``exhaustive``: a recipe's remaining seeds are skipped once one seed misses the goal (it
+    cannot be chosen any more), and the search stops after the first recipe that holds on every seed
+    (put the seed most likely to miss first). ``on_arm(arms so far)`` after each arm."""
     arms: list[dict[str, Any]] = []
     for recipe in recipes:
         for seed in seeds:
@@ -101,14 +124,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             arms.append(arm)
             print(f"{recipe.label} · seed {seed}: {arm['validity']:.1%} valid, trained in {arm['train_s']:.0f} s "
                   f"(load {arm['load_average'][0]:.1f})", flush=True)
-    summary = summarise(arms, recipes)
-    chosen = choose(summary)
+            if on_arm is not None:
+                on_arm(arms)
+            if arm["validity"] < VALIDITY_GOAL and not exhaustive:
+                break
+        else:
+            if not exhaustive:
+                break
+    return arms
+
+
+def _write(name: str, eval_samples: int, seeds: list[int], arms: list[dict[str, Any]], recipes: list[Recipe],
+           quick: bool, final: bool) -> dict[str, Any]:
+    tried = [r for r in recipes if any(a["recipe"] == asdict(r) for a in arms)]
+    summary = summarise(arms, tried, seeds)
     result = {"goal": {"validity_every_seed": VALIDITY_GOAL}, "eval_samples": eval_samples, "seeds": seeds,
-              "arms": arms, "summary": summary, "chosen": chosen, "quick": args.quick,
-              "default_recipe": asdict(BootstrapSettings())}
-    write_result(args.name, result)
-    _plot(summary, args.name)
-    print("chosen:", chosen["label"] if chosen else f"none holds {VALIDITY_GOAL:.0%} on every seed")
+              "arms": arms, "summary": summary, "chosen": choose(summary), "quick": quick, "complete": final,
+              "recipes_planned": [asdict(r) for r in recipes], "default_recipe": asdict(BootstrapSettings())}
+    write_result(name, result)
+    if final:
+        _plot(summary, name)
     return result
 
 
