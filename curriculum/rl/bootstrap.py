@@ -93,7 +93,8 @@ class BootstrapSettings:
 
 #: The SWE recipe: spec lines are ~2× longer than expressions and the spec space is small, so fewer,
 #: longer-sampled steps (the char model learns the line grammar in a few hundred steps).
-SWE_SETTINGS = BootstrapSettings(steps=400, batch_size=32, num_layers=4, max_new_tokens=96, eval_samples=256)
+SWE_SETTINGS = BootstrapSettings(steps=400, batch_size=32, warmup_steps=50, num_layers=4, max_new_tokens=96,
+                                 eval_samples=256)
 
 
 @dataclass(frozen=True)
