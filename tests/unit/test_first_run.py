@@ -148,3 +148,14 @@ def test_a_recipe_with_seeds_skipped_after_a_miss_is_not_chosen() -> None:
     summary = summarise([arm(recipe, 1, 0.97, 80)], [recipe], seeds=[1, 0])  # type: ignore[list-item]
     assert summary[0]["seeds_skipped"] == [0] and not summary[0]["holds_goal_every_seed"]
     assert choose(summary) is None
+
+
+# ---- the daemon's torch threads ----------------------------------------------------------------
+def test_daemon_torch_threads_default_one_and_rejects_negative(tmp_path: Path) -> None:
+    from daemon.config import ConfigError, load_config
+
+    assert load_config(None).daemon.torch_threads == 1
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\ntorch_threads = -1\n")
+    with pytest.raises(ConfigError, match=r"daemon\.torch_threads"):
+        load_config(bad)
