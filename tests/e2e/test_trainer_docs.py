@@ -27,7 +27,7 @@ import pytest
 from testkit.docblocks import Block, blocks, exports, missing_lines
 from testkit.servers import free_port, wait_http
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # ~35 s CPU, 60-110 s wall (processes import torch)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "docs" / "QUEUE.md", ROOT / "README.md")
