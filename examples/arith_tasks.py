@@ -30,10 +30,10 @@ from propel_sdk.schema import Provenance, TaskRecord
 
 def records(cfg: PropelConfig, n: int, seed: int) -> list[TaskRecord]:
     """``n`` distinct valid arith tasks as import records (seeded: the same file every time)."""
-    rng, domain, solver = random.Random(seed), ArithDomain(), _synthetic(cfg)
+    rng, domain, solver = random.Random(seed), ArithDomain(), SyntheticArithSolver(seed=cfg.seed)
     spot = cfg.spotcheck
     band = Band(k=spot.k, lo=spot.band_lo, hi=spot.band_hi)
-    name = _solver_name(cfg)
+    name = _solver_name(cfg, solver)
     out: dict[str, TaskRecord] = {}
     while len(out) < n:
         checked = domain.check(Task("arith", random_expression(rng, rng.randint(domain.min_ops, domain.max_ops))))
@@ -50,22 +50,12 @@ def records(cfg: PropelConfig, n: int, seed: int) -> list[TaskRecord]:
     return list(out.values())
 
 
-def _synthetic(cfg: PropelConfig) -> SyntheticArithSolver:
-    """The configured solver when it is the synthetic one (its skill), else the default synthetic solver."""
-    from daemon.service.settings import build_configured_solver
-
-    if cfg.solver.backend == "synthetic":
-        configured = build_configured_solver(cfg)
-        if isinstance(configured, SyntheticArithSolver):
-            return configured
-    return SyntheticArithSolver()
-
-
-def _solver_name(cfg: PropelConfig) -> str:
-    from daemon.service.settings import followed_names
-
-    names = followed_names(cfg)
-    return names[0] if names else "examples.arith_tasks"
+def _solver_name(cfg: PropelConfig, solver: SyntheticArithSolver) -> str:
+    """The name the daemon follows (``solver.name``, else the synthetic solver's id), read without
+    building the configured backend; another backend without ``solver.name``: this script's name."""
+    if cfg.solver.name:
+        return cfg.solver.name
+    return solver.solver_id if cfg.solver.backend == "synthetic" else "examples.arith_tasks"
 
 
 def main(argv: list[str] | None = None) -> int:
