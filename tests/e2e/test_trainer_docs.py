@@ -95,9 +95,9 @@ def test_the_trainer_docs_run_as_written(tmp_path: Path, user_env: tuple[dict[st
             env.update(exports(block))
             continue
         if block.role == "serve":
-            log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 (open for the server's life)
-            servers.append(subprocess.Popen(["bash", "-c", block.text], cwd=work, env=env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True))
+            with open(tmp_path / "serve.log", "wb") as log:  # the server keeps its own copy of the file
+                servers.append(subprocess.Popen(["bash", "-c", block.text], cwd=work, env=env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True))
             try:
                 wait_http(f"http://127.0.0.1:{port}/healthz", BLOCK_TIMEOUT_S, servers[-1])
             except (RuntimeError, TimeoutError) as err:
