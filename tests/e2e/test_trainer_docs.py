@@ -15,6 +15,7 @@ blocks is replaced by it), so that it runs beside other daemons.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import pytest
 
 from testkit.docblocks import Block, blocks, exports, missing_lines
 from testkit.servers import free_port, wait_http
+from tests.conftest import require_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # ~35 s CPU, 60-110 s wall (processes import torch)
 
@@ -85,6 +87,7 @@ def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def test_the_trainer_docs_run_as_written(tmp_path: Path, user_env: tuple[dict[str, str], int],
                                          servers: list[subprocess.Popen[bytes]]) -> None:
+    require_service("curl", shutil.which("curl") is not None, "the docs call the API with it")
     env, port = user_env
     work = tmp_path / "work"
     work.mkdir()
