@@ -29,7 +29,7 @@ from testkit.docblocks import Block, blocks, exports, missing_lines
 from testkit.servers import free_port, wait_http
 from tests.conftest import require_service
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]  # ~35 s CPU, 60-110 s wall (processes import torch)
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # ~20 s CPU; 85-105 s wall at load 13
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "docs" / "QUEUE.md", ROOT / "README.md")
