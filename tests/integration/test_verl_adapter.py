@@ -1,0 +1,192 @@
+"""The verl adapter (propel_sdk.verl) driven by verl's own code against a live ``propel serve`` process.
+
+What runs is verl 0.9.1's: the example config composed by Hydra on verl's ``ppo_trainer`` defaults;
+the dataset class resolved from ``data.custom_cls`` and the train and val data loaders built by the
+default (v1, sync) trainer's ``_init_dataloader``; batches fetched by its ``_next_train_batch``;
+``migrate_legacy_reward_impl`` and ``RewardLoopManager``, which starts ``RewardLoopWorker`` as a real
+Ray actor that loads the custom reward function; each completion is scored with
+``compute_score.remote(DataProto)`` as verl's agent loop does; the checkpoint hook is the data
+loader's ``state_dict`` that verl's ``_save_checkpoint`` saves.
+
+The GPU line: the rollout (vLLM/SGLang servers behind ``AgentLoopManager``) and the FSDP actor /
+ref workers (``ActorRolloutRefWorker``: old log-probs, the policy update, the weight sync) are not
+run; completions are written by the test (a stand-in for the rollout) and tokenized with the
+solver's tokenizer, as the agent loop hands them to the reward worker.
+
+Invariant: every leased task handed to the trainer ends with exactly one stored outcome, as the
+solver at the version its row was rolled out by; tasks never handed out go back to the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from sqlalchemy import select
+
+from curriculum.store.db import Store
+from curriculum.store.models import Label, QueueItem, SolverVersionRow
+from testkit.seeding import seed_arith
+from testkit.servers import free_port, wait_http
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~90 s: Ray start, verl imports, a serve process
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "t0k3n-for-verl-tests"
+BATCH, N = 3, 4  # prompts per step, completions per prompt (rollout.n)
+EXPRS = [f"{a}+{b}" for a in range(1, 4) for b in range(1, 4)]  # 9 tasks: two steps of 3, 3 left over
+
+
+@pytest.fixture
+def serve(sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real ``propel serve`` process on the test's store, with an API token."""
+    monkeypatch.setenv("PROPEL_API_TOKEN", TOKEN)  # the test process and the Ray workers it starts
+    port = free_port()
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(f'run_name = "verl"\ndata_dir = "{tmp_path}"\n[store]\nurl = "{sqlite_store.url}"\n'
+                   f"[api]\nport = {port}\n")
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(cfg), "serve"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PROPEL_API_TOKEN": TOKEN})
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _tokenizer_dir(tmp_path: Path) -> Path:
+    from curriculum.common.tinymodels import build_char_tokenizer
+
+    path = tmp_path / "solver"
+    build_char_tokenizer().save_pretrained(path)
+    return path
+
+
+def _val_parquet(tmp_path: Path) -> Path:
+    """A held-out set in verl's own format (as verl's gsm8k preprocessing writes it)."""
+    import pandas as pd
+
+    path = tmp_path / "val.parquet"
+    pd.DataFrame([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "1+1?"}],
+                   "ability": "math", "reward_model": {"style": "rule", "ground_truth": "2"},
+                   "extra_info": {"index": 0}}]).to_parquet(path)
+    return path
+
+
+def _config(url: str, tmp_path: Path) -> Any:
+    """The example config, composed by Hydra on verl's defaults, with the test's sizes."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [f"data.propel.api={url}", "data.propel.solver=tiny", f"data.train_batch_size={BATCH}",
+                 f"actor_rollout_ref.rollout.n={N}", f"actor_rollout_ref.model.path={_tokenizer_dir(tmp_path)}",
+                 f"data.val_files={_val_parquet(tmp_path)}", "data.propel.max_tasks=6", "+data.propel.poll_s=0.1",
+                 "+data.propel.idle_timeout_s=5", "trainer.total_training_steps=2",
+                 f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    with initialize_config_dir(config_dir=str(ROOT / "examples" / "verl"), version_base=None):
+        return compose(config_name="propel_grpo", overrides=overrides)
+
+
+def _trainer(config: Any) -> Any:
+    """verl's default trainer, with only what its data methods read (no Ray worker groups, no GPU)."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.utils import hf_tokenizer
+
+    cls = get_trainer_cls(config.trainer.v1.trainer_mode)  # sync: the default
+    trainer = cls.__new__(cls)
+    trainer.__dict__.update(config=config, tokenizer=hf_tokenizer(config.actor_rollout_ref.model.path),
+                            processor=None, trainer_mode="sync", parameter_sync_step=1, global_steps=1)
+    return trainer
+
+
+def _sample(rows: dict[str, Any], i: int, completion: str, tokenizer: Any) -> Any:
+    """One completion of row ``i`` as verl's agent loop sends it to a reward worker."""
+    from tensordict import TensorDict
+    from verl import DataProto
+
+    prompt = torch.tensor(tokenizer(str(rows["raw_prompt"][i][0]["content"]))["input_ids"])
+    response = torch.tensor(tokenizer(completion)["input_ids"] + [tokenizer.eos_token_id])
+    batch = TensorDict({"prompts": prompt[None], "responses": response[None],
+                        "attention_mask": torch.ones(1, len(prompt) + len(response), dtype=torch.long),
+                        "input_ids": torch.cat([prompt, response])[None]}, batch_size=1)
+    keys = ("data_source", "reward_model", "extra_info", "raw_prompt", "index", "tools_kwargs", "interaction_kwargs")
+    non_tensor = {k: np.array([rows[k][i]], dtype=object) for k in keys}
+    non_tensor["__num_turns__"] = np.array([2])
+    return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+
+def _answers(rows: dict[str, Any]) -> list[int]:
+    return [int(r["propel"]["task"]["message"]["grading"]["answer"]) for r in rows["extra_info"]]
+
+
+def _rows(batch: Any) -> dict[str, Any]:
+    """A fetched TensorDict batch's non-tensor fields as lists (the rows verl rolls out)."""
+    return {k: list(batch[k]) for k in ("data_source", "reward_model", "extra_info", "raw_prompt", "index",
+                                        "tools_kwargs", "interaction_kwargs")}
+
+
+@pytest.fixture
+def ray_session() -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_store: Store, tmp_path: Path,
+                                                            ray_session: None) -> None:
+    import ray
+    from verl.experimental.reward_loop import RewardLoopManager, migrate_legacy_reward_impl
+
+    from propel_sdk.verl import PropelDataset
+
+    ids = seed_arith(sqlite_store, EXPRS, run="verl")
+    config = migrate_legacy_reward_impl(_config(serve, tmp_path))
+    trainer = _trainer(config)
+    trainer._init_dataloader()  # verl's: PropelDataset for train (the queue), RLHFDataset's parquet for val
+    dataset = trainer.train_dataset
+    assert isinstance(dataset, PropelDataset) and dataset.from_queue and len(dataset) == 6
+    assert not trainer.val_dataset.from_queue and len(trainer.val_dataset) == 1
+    workers = RewardLoopManager(config).reward_loop_worker_handles  # one real Ray actor (reward.num_workers=1)
+    assert workers is not None and len(workers) == 1
+    tokenizer = trainer.tokenizer
+    expected: dict[int, tuple[str, int, int]] = {}
+    for step in (1, 2):
+        batch = trainer._next_train_batch()  # verl's fetch: the loader, verl's collate_fn, the uid column
+        rows = _rows(batch)
+        assert [r["propel"]["version"] for r in rows["extra_info"]] == [f"step-{step - 1}"] * BATCH
+        samples, scores = [], []
+        for i, answer in enumerate(_answers(rows)):
+            # the rollout stand-in: task i gets i+1 right answers of N (capped), the rest wrong
+            right = min(i + step, N)
+            samples += [_sample(rows, i, str(answer if k < right else answer + 1), tokenizer) for k in range(N)]
+            expected[int(rows["index"][i])] = (f"tiny@step-{step - 1}", right, N)
+        for result in ray.get([workers[0].compute_score.remote(s) for s in samples]):
+            scores.append(result["reward_score"])
+        assert sum(scores) == sum(right for _, right, _ in list(expected.values())[-BATCH:])
+        trainer.global_steps = step
+        trainer.train_dataloader.state_dict()  # what _save_checkpoint saves: announces step-N
+    assert dataset.version == "step-2"
+    summary = dataset.close()  # the last step's leases were the reward worker's; nothing read ahead
+    assert summary is not None and summary.nacked == 0
+    with sqlite_store.session() as s:
+        labels = s.execute(select(Label.task_id, Label.solver_id, Label.solved, Label.k)).all()
+        states = dict(s.execute(select(QueueItem.task_id, QueueItem.state).where(QueueItem.task_id.in_(ids))).all())
+        versions = s.scalars(select(SolverVersionRow.version).where(SolverVersionRow.solver == "tiny")).all()
+    assert sorted((t, sid, solved, k) for t, sid, solved, k in labels) == sorted(
+        (t, sid, solved, k) for t, (sid, solved, k) in expected.items())  # each outcome stored exactly once
+    assert len(expected) == 2 * BATCH and [states[t] for t in ids[:6]] == ["acked"] * 6
+    assert [states[t] for t in ids[6:]] == ["ready"] * 3
+    assert set(versions) == {"step-0", "step-1", "step-2"}
