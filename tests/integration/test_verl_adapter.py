@@ -20,6 +20,7 @@ solver at the version its row was rolled out by; tasks never handed out go back 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,10 +35,11 @@ from sqlalchemy import select
 
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem, SolverVersionRow
+from daemon.http.api import ApiContext, create_app
 from testkit.seeding import seed_arith
-from testkit.servers import free_port, wait_http
+from testkit.servers import free_port, serve_app, wait_http
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~90 s: Ray start, verl imports, a serve process
+pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0k3n-for-verl-tests"
 BATCH, N = 3, 4  # prompts per step, completions per prompt (rollout.n)
@@ -145,6 +147,7 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
 
 
+@pytest.mark.slow  # ~90 s on the shared 2-core machine: a Ray cluster, verl's imports, a serve process
 def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_store: Store, tmp_path: Path,
                                                             ray_session: None) -> None:
     import ray
@@ -167,14 +170,14 @@ def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_s
         batch = trainer._next_train_batch()  # verl's fetch: the loader, verl's collate_fn, the uid column
         rows = _rows(batch)
         assert [r["propel"]["version"] for r in rows["extra_info"]] == [f"step-{step - 1}"] * BATCH
-        samples, scores = [], []
+        samples: list[Any] = []
         for i, answer in enumerate(_answers(rows)):
-            # the rollout stand-in: task i gets i+1 right answers of N (capped), the rest wrong
+            # the rollout stand-in: task i gets i+step right answers of N (capped), the rest wrong
             right = min(i + step, N)
             samples += [_sample(rows, i, str(answer if k < right else answer + 1), tokenizer) for k in range(N)]
             expected[int(rows["index"][i])] = (f"tiny@step-{step - 1}", right, N)
-        for result in ray.get([workers[0].compute_score.remote(s) for s in samples]):
-            scores.append(result["reward_score"])
+        results: list[dict[str, Any]] = ray.get([workers[0].compute_score.remote(s) for s in samples])
+        scores = [r["reward_score"] for r in results]
         assert sum(scores) == sum(right for _, right, _ in list(expected.values())[-BATCH:])
         trainer.global_steps = step
         trainer.train_dataloader.state_dict()  # what _save_checkpoint saves: announces step-N
@@ -190,3 +193,93 @@ def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_s
     assert len(expected) == 2 * BATCH and [states[t] for t in ids[:6]] == ["acked"] * 6
     assert [states[t] for t in ids[6:]] == ["ready"] * 3
     assert set(versions) == {"step-0", "step-1", "step-2"}
+
+
+# ---- the same adapter in one process (no Ray), on the in-process API: its edge cases ----------------
+@pytest.fixture
+def api(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("PROPEL_API_TOKEN", TOKEN)
+    with serve_app(create_app(ApiContext(store=sqlite_store, run_name="verl", token=TOKEN))) as url:
+        yield url
+
+
+def _data_config(url: str, **propel: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"train_batch_size": BATCH, "dataloader_num_workers": 0, "prompt_key": "prompt",
+                             "propel": {"api": url, "solver": "tiny", "group_size": 2, "poll_s": 0.05,
+                                        "idle_timeout_s": 1, **propel}})
+
+
+def test_an_unfinished_step_releases_handed_rows_and_nacks_the_read_ahead(api: str, sqlite_store: Store) -> None:
+    from propel_sdk.verl import PropelDataset, close_reporters, compute_score
+
+    ids = seed_arith(sqlite_store, EXPRS[:4], run="verl")
+    dataset = PropelDataset("propel://queue", None, _data_config(api))
+    rows = [dataset[0], dataset[1]]  # 2 of a batch of 3: the run stops mid-step
+    assert rows[0]["data_source"] == "propel/arith" and rows[0]["raw_prompt"][0]["role"] == "user"
+    completions = [[str(a), str(a)] for a in _answers({"extra_info": [r["extra_info"] for r in rows]})]
+    completions[1][1] = "nope"
+    scores = [compute_score(r["data_source"], c, r["reward_model"]["ground_truth"], r["extra_info"])
+              for r, group in zip(rows, completions, strict=True) for c in group]
+    assert scores == [1.0, 1.0, 1.0, 0.0]  # groups of 2: each reported once it is complete
+    assert dataset.handed == 2 and dataset.state_dict() == {"handed": 2, "version": "step-0"}  # step 0: no new
+    summary = dataset.close()
+    assert summary is not None and (summary.nacked, summary.nacked_untried) == (1, 1)  # ids[2]: never handed
+    [reward_side] = close_reporters()
+    assert reward_side.stored == 2 and reward_side.nacked == 0
+    with sqlite_store.session() as s:
+        states = dict(s.execute(select(QueueItem.task_id, QueueItem.state)).all())
+        labels = s.execute(select(Label.task_id, Label.solver_id, Label.solved, Label.k)).all()
+    assert sorted(tuple(lab) for lab in labels) == [(ids[0], "tiny@step-0", 2, 2), (ids[1], "tiny@step-0", 1, 2)]
+    assert [states[t] for t in ids] == ["acked", "acked", "ready", "ready"]
+
+
+def test_a_group_left_incomplete_is_nacked_by_the_reward_side(api: str, sqlite_store: Store) -> None:
+    from propel_sdk.verl import PropelDataset, close_reporters, compute_score
+
+    [tid] = seed_arith(sqlite_store, ["2+2"], run="verl")
+    dataset = PropelDataset("propel://queue", None, _data_config(api))
+    row = dataset[0]
+    assert compute_score(row["data_source"], "4", None, row["extra_info"]) == 1.0  # 1 of its 2 completions
+    dataset.close()
+    [reward_side] = close_reporters()
+    assert (reward_side.stored, reward_side.nacked, reward_side.nacked_untried) == (0, 1, 0)
+    with sqlite_store.session() as s:
+        assert s.scalar(select(QueueItem.state).where(QueueItem.task_id == tid)) == "ready"
+        assert s.scalar(select(Label.task_id)) is None
+
+
+def test_resume_restores_the_step_and_version(api: str, sqlite_store: Store) -> None:
+    from propel_sdk.verl import PropelDataset
+
+    seed_arith(sqlite_store, EXPRS[:3], run="verl")
+    dataset = PropelDataset("propel://queue", None, _data_config(api))
+    dataset.load_state_dict({"handed": 2 * BATCH, "version": "step-2"})  # verl's _load_checkpoint
+    row = dataset[0]
+    assert row["extra_info"]["propel"]["version"] == "step-2"
+    dataset.close()
+
+
+def test_validation_rows_are_scored_by_verls_default_reward() -> None:
+    from propel_sdk.verl import compute_score
+
+    assert compute_score("openai/gsm8k", "so #### 2", "2", {"index": 0}) == 1.0
+    assert compute_score("openai/gsm8k", "so #### 3", "2", None) == 0.0
+
+
+@pytest.mark.parametrize(("propel", "workers", "says"), [
+    (None, 0, "data.propel is missing"),
+    ({"api": "http://x", "solver": "s"}, 0, "data.propel.group_size is required"),
+    ({"api": "http://x", "solver": "s", "group_size": 2, "nope": 1}, 0, "unknown key(s) nope"),
+    ({"api": "http://x", "solver": "s", "group_size": 2}, 2, "dataloader_num_workers must be 0"),
+])
+def test_config_errors_name_the_fix(propel: dict[str, Any] | None, workers: int, says: str) -> None:
+    from omegaconf import OmegaConf
+
+    from propel_sdk.verl import PropelDataset
+
+    cfg = OmegaConf.create({"train_batch_size": 2, "dataloader_num_workers": workers, "propel": propel})
+    with pytest.raises(ValueError, match=re.escape(says)) as err:
+        PropelDataset("propel://queue", None, cfg)
+    assert "\n" not in str(err.value)
