@@ -78,8 +78,12 @@ class VerlSettings:
     max_tasks: int = 1_000_000  # the dataset's length (verl's sampler and total steps read it)
     poll_s: float = 2.0
     idle_timeout_s: float | None = None  # raise after this long without a task (None: wait)
-    first_version: str = "step-0"
+    version_format: str = "step-{step}"  # "global_step_{step}" names verl's checkpoint folders
     selection: dict[str, Any] = field(default_factory=dict)  # lease filters: domains, topics, solver …
+
+    def version(self, step: int) -> str:
+        """The solver version announced at verl's global step ``step``."""
+        return self.version_format.format(step=step)
 
     @classmethod
     def from_config(cls, data_config: Mapping[str, Any]) -> VerlSettings:
@@ -95,6 +99,8 @@ class VerlSettings:
         missing = [k for k in ("api", "solver", "group_size") if given.get(k) in (None, "")]
         if missing:
             raise ValueError(f"data.propel.{missing[0]} is required (see docs/adapters/verl.md)")
+        if "{step}" not in str(given.get("version_format", "{step}")):
+            raise ValueError("data.propel.version_format must contain {step} (e.g. step-{step})")
         step_rows = int(data_config.get("train_batch_size") or 0)
         if step_rows < 1:
             raise ValueError("data.train_batch_size must be ≥ 1")
@@ -153,7 +159,7 @@ class PropelDataset(RLHFDataset):
             raise ValueError("data.dataloader_num_workers must be 0 with propel://: rows leased in a loader "
                              "worker are never released, reported or nacked by the process that checkpoints")
         self.handed = 0
-        self.version: str | int | None = self.settings.first_version
+        self.version: str | int | None = self.settings.version(0)
         self._stream: TaskStream | None = None
         self._rows: Iterator[Row] | None = None
         self._finalizer: Any = None
@@ -201,9 +207,10 @@ class PropelDataset(RLHFDataset):
                 self._stream.set_version(self.version)
 
     def announce(self, step: int) -> None:
-        """Announce ``step-<step>`` of the solver (ordered by ``step``); rows handed out from now on are
-        rolled out by it. A failure is logged and training goes on at the previous version."""
-        version = f"step-{step}"
+        """Announce ``step-<step>`` (``data.propel.version_format``) of the solver, ordered by ``step``;
+        rows handed out from now on are rolled out by it. A failure is logged and training goes on at
+        the previous version."""
+        version = self.settings.version(step)
         try:
             self._client().announce(self.settings.solver, version, order=step)
         except Exception as err:  # the checkpoint is saved whatever the daemon answers
@@ -249,8 +256,8 @@ class PropelDataset(RLHFDataset):
         if self._rows is None:
             s = self.settings
             client = PropelClient(s.api, token=_token())
-            if self.version == s.first_version:
-                client.announce(s.solver, s.first_version, order=0)
+            if self.version == s.version(0):
+                client.announce(s.solver, s.version(0), order=0)
             self._stream = TaskStream(client, solver=s.solver, version=self.version, batch=s.batch,
                                       lease_s=s.lease_s, consumer=s.consumer, ack_every=s.ack_every,
                                       poll_s=s.poll_s, idle_timeout_s=s.idle_timeout_s,

@@ -250,15 +250,21 @@ def test_a_group_left_incomplete_is_nacked_by_the_reward_side(api: str, sqlite_s
         assert s.scalar(select(Label.task_id)) is None
 
 
-def test_resume_restores_the_step_and_version(api: str, sqlite_store: Store) -> None:
+def test_resume_restores_the_step_and_version_named_as_verls_folders(api: str, sqlite_store: Store) -> None:
+    from propel_sdk.client import PropelClient
     from propel_sdk.verl import PropelDataset
 
-    seed_arith(sqlite_store, EXPRS[:3], run="verl")
-    dataset = PropelDataset("propel://queue", None, _data_config(api))
-    dataset.load_state_dict({"handed": 2 * BATCH, "version": "step-2"})  # verl's _load_checkpoint
-    row = dataset[0]
-    assert row["extra_info"]["propel"]["version"] == "step-2"
+    seed_arith(sqlite_store, EXPRS[:7], run="verl")
+    dataset = PropelDataset("propel://queue", None, _data_config(api, version_format="global_step_{step}"))
+    dataset.load_state_dict({"handed": 2 * BATCH, "version": "global_step_2"})  # verl's _load_checkpoint
+    assert dataset[0]["extra_info"]["propel"]["version"] == "global_step_2"
+    for i in range(1, BATCH + 1):
+        dataset[i]
+    dataset.state_dict()  # verl saves a checkpoint at global step 3
+    assert dataset[0]["extra_info"]["propel"]["version"] == "global_step_3"
     dataset.close()
+    with PropelClient(api, token=TOKEN) as client:
+        assert client.solver_versions("tiny")["current"] == "global_step_3"
 
 
 def test_validation_rows_are_scored_by_verls_default_reward() -> None:
@@ -273,6 +279,7 @@ def test_validation_rows_are_scored_by_verls_default_reward() -> None:
     ({"api": "http://x", "solver": "s"}, 0, "data.propel.group_size is required"),
     ({"api": "http://x", "solver": "s", "group_size": 2, "nope": 1}, 0, "unknown key(s) nope"),
     ({"api": "http://x", "solver": "s", "group_size": 2}, 2, "dataloader_num_workers must be 0"),
+    ({"api": "http://x", "solver": "s", "group_size": 2, "version_format": "v1"}, 0, "must contain {step}"),
 ])
 def test_config_errors_name_the_fix(propel: dict[str, Any] | None, workers: int, says: str) -> None:
     from omegaconf import OmegaConf
