@@ -267,6 +267,20 @@ def test_resume_restores_the_step_and_version_named_as_verls_folders(api: str, s
         assert client.solver_versions("tiny")["current"] == "global_step_3"
 
 
+def test_the_example_config_passes_verls_own_validation(tmp_path: Path) -> None:
+    """What ``verl.trainer.main_ppo`` checks before starting (batch sizes, rollout, workers)."""
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.main_ppo import validate_config
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    with initialize_config_dir(config_dir=str(ROOT / "examples" / "verl"), version_base=None):
+        cfg = compose(config_name="propel_grpo", overrides=[f"data.val_files={tmp_path / 'v.parquet'}",
+                                                            f"actor_rollout_ref.model.path={tmp_path}"])
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert cfg.data.propel.group_size == cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.data.propel.max_tasks >= cfg.data.train_batch_size * cfg.trainer.total_training_steps
+
+
 def test_validation_rows_are_scored_by_verls_default_reward() -> None:
     from propel_sdk.verl import compute_score
 
