@@ -158,6 +158,7 @@ class PropelDataset(RLHFDataset):
         if int(config.get("dataloader_num_workers", 0) or 0) != 0:
             raise ValueError("data.dataloader_num_workers must be 0 with propel://: rows leased in a loader "
                              "worker are never released, reported or nacked by the process that checkpoints")
+        _check_reward_workers(config)
         self.handed = 0
         self.version: str | int | None = self.settings.version(0)
         self._stream: TaskStream | None = None
@@ -265,6 +266,21 @@ class PropelDataset(RLHFDataset):
             self._rows = iter(self._stream)
             self._finalizer = weakref.finalize(self, _close_at_exit, self._stream)
         return self._rows
+
+
+def _check_reward_workers(data_config: Any) -> None:
+    """With several reward workers a task's completions are split between processes: no group would
+    ever be complete, and no outcome acked. The data config is a node of verl's whole config."""
+    try:
+        from omegaconf import OmegaConf
+
+        root = data_config._get_root() if OmegaConf.is_config(data_config) else None
+        workers = OmegaConf.select(root, "reward.num_workers", default=None) if root is not None else None
+    except Exception:  # not verl's config object: nothing to check
+        return
+    if workers is not None and int(workers) != 1:
+        raise ValueError(f"reward.num_workers is {workers}: set reward.num_workers=1 with propel://, a task's "
+                         "completions must be graded in one process to be acked once")
 
 
 def _close_at_exit(stream: TaskStream) -> CloseSummary:

@@ -139,7 +139,8 @@ def _rows(batch: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def ray_session() -> Iterator[None]:
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield
@@ -304,3 +305,16 @@ def test_config_errors_name_the_fix(propel: dict[str, Any] | None, workers: int,
     with pytest.raises(ValueError, match=re.escape(says)) as err:
         PropelDataset("propel://queue", None, cfg)
     assert "\n" not in str(err.value)
+
+
+def test_several_reward_workers_are_refused_at_start() -> None:
+    """verl's agent loop sends each completion to a random reward worker: groups would never complete."""
+    from omegaconf import OmegaConf
+
+    from propel_sdk.verl import PropelDataset
+
+    cfg = OmegaConf.create({"data": {"train_batch_size": 2, "dataloader_num_workers": 0,
+                                     "propel": {"api": "http://x", "solver": "s", "group_size": 2}},
+                            "reward": {"num_workers": 8}})
+    with pytest.raises(ValueError, match=r"set reward.num_workers=1"):
+        PropelDataset("propel://queue", None, cfg.data)
