@@ -4,6 +4,7 @@ plumbing (``collate_fn``, ``DataProto``, the GRPO repeat) with each row's lease 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,12 +30,13 @@ def test_settings_read_data_propel_and_the_batch_sizes() -> None:
     assert s.version(0) == "step-0" and s.lease_s == 600.0
 
 
-def test_a_row_has_every_key_of_verls_own_rows(tmp_path: Path, char_tokenizer: object) -> None:
+def test_a_row_has_every_key_of_verls_own_rows(tmp_path: Path, char_tokenizer: Any) -> None:
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     path = tmp_path / "d.parquet"
     pd.DataFrame([{"data_source": "x", "prompt": [{"role": "user", "content": "1+1?"}], "ability": "math",
-                   "reward_model": {"style": "rule", "ground_truth": "2"}, "extra_info": {"index": 0}}]).to_parquet(path)
+                   "reward_model": {"style": "rule", "ground_truth": "2"},
+                   "extra_info": {"index": 0}}]).to_parquet(path)
     cfg = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "filter_overlong_prompts": False})
     theirs = RLHFDataset(str(path), char_tokenizer, cfg)[0]
     ours = verl_row(_task(7), _settings(), "step-4")
