@@ -25,7 +25,8 @@ Where each part runs, and who holds a task's lease (:class:`propel_sdk.ledger.Le
   adopts its lease (:meth:`~propel_sdk.ledger.Ledger.adopt`: renewed until its ack is stored); each
   completion is graded by the domain grader (:func:`propel_sdk.grading.grade`); when the group's
   ``group_size`` completions are in, the task's outcome is reported once, as the row's version,
-  and acked in a batch when every adopted group is reported (or every ``ack_every`` outcomes).
+  and acked in a batch whenever no adopted group is open (or every ``ack_every`` outcomes), so a
+  step's outcomes are stored by the end of its grading.
 * The checkpoint hook is verl's own: ``_save_checkpoint`` saves the data loader's state, which asks
   the dataset for :meth:`PropelDataset.state_dict`; the dataset then announces ``step-N`` (N: rows
   handed out / ``train_batch_size`` = verl's ``global_steps`` with the default ``sync`` trainer) and
