@@ -6,7 +6,8 @@ default (v1, sync) trainer's ``_init_dataloader``; batches fetched by its ``_nex
 ``migrate_legacy_reward_impl`` and ``RewardLoopManager``, which starts ``RewardLoopWorker`` as a real
 Ray actor that loads the custom reward function; each completion is scored with
 ``compute_score.remote(DataProto)`` as verl's agent loop does; the checkpoint hook is the data
-loader's ``state_dict`` that verl's ``_save_checkpoint`` saves.
+loader's ``state_dict`` that verl's ``_save_checkpoint`` saves, and resuming is the loader's
+``load_state_dict`` in a new trainer, as ``_load_checkpoint`` does.
 
 The GPU line: the rollout (vLLM/SGLang servers behind ``AgentLoopManager``) and the FSDP actor /
 ref workers (``ActorRolloutRefWorker``: old log-probs, the policy update, the weight sync) are not
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0k3n-for-verl-tests"
 BATCH, N = 3, 4  # prompts per step, completions per prompt (rollout.n)
-EXPRS = [f"{a}+{b}" for a in range(1, 4) for b in range(1, 4)]  # 9 tasks: two steps of 3, 3 left over
+EXPRS = [f"{a}+{b}" for a in range(1, 5) for b in range(1, 4)]  # 12 tasks: three steps of 3, 3 left over
 
 
 @pytest.fixture
@@ -92,8 +93,8 @@ def _config(url: str, tmp_path: Path) -> Any:
 
     overrides = [f"data.propel.api={url}", "data.propel.solver=tiny", f"data.train_batch_size={BATCH}",
                  f"actor_rollout_ref.rollout.n={N}", f"actor_rollout_ref.model.path={_tokenizer_dir(tmp_path)}",
-                 f"data.val_files={_val_parquet(tmp_path)}", "data.propel.max_tasks=6", "+data.propel.poll_s=0.1",
-                 "+data.propel.idle_timeout_s=5", "trainer.total_training_steps=2",
+                 f"data.val_files={_val_parquet(tmp_path)}", "data.propel.max_tasks=9", "+data.propel.poll_s=0.1",
+                 "+data.propel.idle_timeout_s=5", "trainer.total_training_steps=3",
                  f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
     with initialize_config_dir(config_dir=str(ROOT / "examples" / "verl"), version_base=None):
         return compose(config_name="propel_grpo", overrides=overrides)
@@ -151,7 +152,6 @@ def ray_session() -> Iterator[None]:
 @pytest.mark.slow  # ~90 s on the shared 2-core machine: a Ray cluster, verl's imports, a serve process
 def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_store: Store, tmp_path: Path,
                                                             ray_session: None) -> None:
-    import ray
     from verl.experimental.reward_loop import RewardLoopManager, migrate_legacy_reward_impl
 
     from propel_sdk.verl import PropelDataset
@@ -161,39 +161,53 @@ def test_verl_data_and_reward_paths_store_each_outcome_once(serve: str, sqlite_s
     trainer = _trainer(config)
     trainer._init_dataloader()  # verl's: PropelDataset for train (the queue), RLHFDataset's parquet for val
     dataset = trainer.train_dataset
-    assert isinstance(dataset, PropelDataset) and dataset.from_queue and len(dataset) == 6
+    assert isinstance(dataset, PropelDataset) and dataset.from_queue and len(dataset) == 9
     assert not trainer.val_dataset.from_queue and len(trainer.val_dataset) == 1
     workers = RewardLoopManager(config).reward_loop_worker_handles  # one real Ray actor (reward.num_workers=1)
     assert workers is not None and len(workers) == 1
-    tokenizer = trainer.tokenizer
     expected: dict[int, tuple[str, int, int]] = {}
     for step in (1, 2):
-        batch = trainer._next_train_batch()  # verl's fetch: the loader, verl's collate_fn, the uid column
-        rows = _rows(batch)
-        assert [r["propel"]["version"] for r in rows["extra_info"]] == [f"step-{step - 1}"] * BATCH
-        samples: list[Any] = []
-        for i, answer in enumerate(_answers(rows)):
-            # the rollout stand-in: task i gets i+step right answers of N (capped), the rest wrong
-            right = min(i + step, N)
-            samples += [_sample(rows, i, str(answer if k < right else answer + 1), tokenizer) for k in range(N)]
-            expected[int(rows["index"][i])] = (f"tiny@step-{step - 1}", right, N)
-        results: list[dict[str, Any]] = ray.get([workers[0].compute_score.remote(s) for s in samples])
-        scores = [r["reward_score"] for r in results]
-        assert sum(scores) == sum(right for _, right, _ in list(expected.values())[-BATCH:])
-        trainer.global_steps = step
-        trainer.train_dataloader.state_dict()  # what _save_checkpoint saves: announces step-N
-    assert dataset.version == "step-2"
+        _step(trainer, step, workers[0], expected)
+        saved = trainer.train_dataloader.state_dict()  # what _save_checkpoint saves: announces step-N
     summary = dataset.close()  # the last step's leases were the reward worker's; nothing read ahead
-    assert summary is not None and summary.nacked == 0
+    assert dataset.version == "step-2" and summary is not None and summary.nacked == 0
+    resumed = _trainer(config)  # a new run resumes from the checkpoint (verl's _load_checkpoint)
+    resumed._init_dataloader()
+    resumed.train_dataloader.load_state_dict(saved)
+    _step(resumed, 3, workers[0], expected, version="step-2")
+    resumed.train_dataloader.state_dict()
+    assert resumed.train_dataset.version == "step-3"
+    resumed.train_dataset.close()
     with sqlite_store.session() as s:
         labels = s.execute(select(Label.task_id, Label.solver_id, Label.solved, Label.k)).all()
         states = dict(s.execute(select(QueueItem.task_id, QueueItem.state).where(QueueItem.task_id.in_(ids))).all())
         versions = s.scalars(select(SolverVersionRow.version).where(SolverVersionRow.solver == "tiny")).all()
     assert sorted((t, sid, solved, k) for t, sid, solved, k in labels) == sorted(
         (t, sid, solved, k) for t, (sid, solved, k) in expected.items())  # each outcome stored exactly once
-    assert len(expected) == 2 * BATCH and [states[t] for t in ids[:6]] == ["acked"] * 6
-    assert [states[t] for t in ids[6:]] == ["ready"] * 3
-    assert set(versions) == {"step-0", "step-1", "step-2"}
+    assert len(expected) == 3 * BATCH and [states[t] for t in ids[:9]] == ["acked"] * 9
+    assert [states[t] for t in ids[9:]] == ["ready"] * 3
+    assert set(versions) == {"step-0", "step-1", "step-2", "step-3"}
+
+
+def _step(trainer: Any, step: int, worker: Any, expected: dict[int, tuple[str, int, int]],
+          version: str | None = None) -> None:
+    """One step's data and reward: verl's fetch, N completions per row (the rollout stand-in: row i gets
+    i + step right answers, capped at N), each scored by the reward worker actor as the agent loop does."""
+    import ray
+
+    version = version or f"step-{step - 1}"
+    rows = _rows(trainer._next_train_batch())  # verl's fetch: the loader, verl's collate_fn, the uid column
+    assert [r["propel"]["version"] for r in rows["extra_info"]] == [version] * BATCH
+    samples: list[Any] = []
+    right_total = 0
+    for i, answer in enumerate(_answers(rows)):
+        right = min(i + step, N)
+        samples += [_sample(rows, i, str(answer if k < right else answer + 1), trainer.tokenizer) for k in range(N)]
+        expected[int(rows["index"][i])] = (f"tiny@{version}", right, N)
+        right_total += right
+    results: list[dict[str, Any]] = ray.get([worker.compute_score.remote(s) for s in samples])
+    assert sum(r["reward_score"] for r in results) == right_total
+    trainer.global_steps = step
 
 
 # ---- the same adapter in one process (no Ray), on the in-process API: its edge cases ----------------
