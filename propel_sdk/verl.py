@@ -165,6 +165,7 @@ class PropelDataset(RLHFDataset):
         self._stream: TaskStream | None = None
         self._rows: Iterator[Row] | None = None
         self._finalizer: Any = None
+        self._opened_at = 0  # rows handed out before this process's stream (a resumed run)
 
     # ---- verl's Dataset interface --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -179,9 +180,13 @@ class PropelDataset(RLHFDataset):
         try:
             row = next(rows)
         except StopIteration:
-            raise RuntimeError(f"the Propel queue at {self.settings.api} gave no task for "
-                               f"{self.settings.idle_timeout_s} s (data.propel.idle_timeout_s): is the daemon "
-                               "running and emitting? (`propel status`)") from None
+            s = self.settings
+            if self._stream is not None and self._stream.leased + self._opened_at >= s.max_tasks:
+                raise RuntimeError(f"data.propel.max_tasks ({s.max_tasks}) tasks leased: raise it to at least "
+                                   "train_batch_size × total_training_steps") from None
+            raise RuntimeError(f"the Propel queue at {s.api} gave no task for {s.idle_timeout_s} s "
+                               "(data.propel.idle_timeout_s): is the daemon running and emitting? "
+                               "(`propel status`)") from None
         self.handed += 1
         return row
 
@@ -263,8 +268,9 @@ class PropelDataset(RLHFDataset):
             self._stream = TaskStream(client, solver=s.solver, version=self.version, batch=s.batch,
                                       lease_s=s.lease_s, consumer=s.consumer, ack_every=s.ack_every,
                                       poll_s=s.poll_s, idle_timeout_s=s.idle_timeout_s,
+                                      max_tasks=max(s.max_tasks - self.handed, 0),  # a resumed run goes on
                                       row=lambda task: verl_row(task, s, self.version), selection=s.selection)
-            self._rows = iter(self._stream)
+            self._rows, self._opened_at = iter(self._stream), self.handed
             self._finalizer = weakref.finalize(self, _close_at_exit, self._stream)
         return self._rows
 

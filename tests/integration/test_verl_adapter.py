@@ -265,6 +265,21 @@ def test_a_group_left_incomplete_is_nacked_by_the_reward_side(api: str, sqlite_s
         assert s.scalar(select(Label.task_id)) is None
 
 
+def test_an_empty_queue_and_the_max_tasks_end_say_what_to_do(api: str, sqlite_store: Store) -> None:
+    from propel_sdk.verl import PropelDataset
+
+    dataset = PropelDataset("propel://queue", None, _data_config(api, idle_timeout_s=0.2))
+    with pytest.raises(RuntimeError, match=r"gave no task for 0.2 s .*is the daemon running"):
+        dataset[0]
+    dataset.close()
+    seed_arith(sqlite_store, EXPRS[:2], run="verl")
+    dataset = PropelDataset("propel://queue", None, _data_config(api, max_tasks=1))
+    dataset[0]
+    with pytest.raises(RuntimeError, match=r"max_tasks \(1\) tasks leased: raise it"):
+        dataset[1]
+    dataset.close()
+
+
 def test_resume_restores_the_step_and_version_named_as_verls_folders(api: str, sqlite_store: Store) -> None:
     from propel_sdk.client import PropelClient
     from propel_sdk.verl import PropelDataset
