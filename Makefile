@@ -47,10 +47,10 @@ test: $(STAMP) $(VERL_STAMP)  ## the whole suite: unit, integration (real Postgr
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
 	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
 
-test-long: $(STAMP)  ## the benchmark-grade checks `make test` leaves out (the full bootstrap recipe: ~3-8 min)
+test-long: $(STAMP) $(VERL_STAMP)  ## the benchmark-grade checks `make test` leaves out (the full bootstrap recipe: ~3-8 min)
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
-test-fast: $(STAMP)  ## unit tests only
+test-fast: $(STAMP) $(VERL_STAMP)  ## unit tests only
 	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP) $(VERL_STAMP)  ## ruff + mypy
