@@ -97,7 +97,8 @@ class PropelEnv(BaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[PropelEnvConfig, list[APIServerConfig]]:
-        return PropelEnvConfig(), [APIServerConfig(model_name="policy", base_url="http://127.0.0.1:9001/v1",
+        # wandb_name is also the name run-api registers the environment under (it refuses none)
+        return PropelEnvConfig(wandb_name=cls.name), [APIServerConfig(model_name="policy", base_url="http://127.0.0.1:9001/v1",
                                                    api_key="x")]
 
     # ---- start-up: connect, check the token, announce ------------------------------------------

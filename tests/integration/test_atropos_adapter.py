@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +99,17 @@ def consumer_labels(store: Store) -> list[tuple[int, str, int, int]]:
                                             .where(Label.source == "consumer"))]  # type: ignore[misc]
 
 
+def export_held_out(url: str, path: Path, n: int) -> Path:
+    """The first ``n`` queued tasks as a held-out set, as `propel tasks export` writes it."""
+    with PropelClient(url, token=TOKEN) as client:
+        path.write_text("".join(json.dumps(r) + "\n" for r in client.export(limit=n)))
+    return path
+
+
 def test_process_and_evaluate(daemon: ServeProcess, pg_store: Store, inference: str, tokenizer_dir: Path,
                               tmp_path: Path) -> None:
     ids = seed_arith(pg_store, EXPRS[:10], run="atropos")
-    held_out = tmp_path / "held_out.jsonl"
-    with PropelClient(daemon.url, token=TOKEN) as client:  # a held-out set as `propel tasks export` writes it
-        held_out.write_text("".join(json.dumps(r) + "\n" for r in client.export(limit=3)))
+    held_out = export_held_out(daemon.url, tmp_path / "held_out.jsonl", 3)
     cfg = PropelEnvConfig(propel_url=daemon.url, propel_token=TOKEN, solver_name=SOLVER, group_size=GROUP,
                           tokenizer_name=str(tokenizer_dir), lease_batch=4, ack_every=3, idle_timeout_s=0,
                           max_tokens=8, data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
@@ -159,13 +164,6 @@ def test_wrong_token_is_one_line(daemon: ServeProcess, tokenizer_dir: Path, infe
         "PROPEL_API_TOKEN")
 
 
-def wait_for(done: Callable[[], bool], timeout_s: float, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-        time.sleep(0.3)
-
-
 class Trainer:
     """The trainer side of Atropos's ``run-api``: registers, then pulls batches (each is one step)."""
 
@@ -178,10 +176,11 @@ class Trainer:
         self.http.get("/batch").raise_for_status()  # "started": environments may register now
         self.groups = 0
 
-    def pull(self, steps: int, timeout_s: float) -> None:
+    def pull(self, steps: int, timeout_s: float, env: subprocess.Popen[bytes], log_path: Path) -> None:
         deadline = time.monotonic() + timeout_s
         for _ in range(steps):
             while (batch := self.http.get("/batch").json()["batch"]) is None:
+                assert env.poll() is None, log_path.read_text()[-3000:]
                 assert time.monotonic() < deadline, f"{self.groups} groups after {timeout_s} s"
                 time.sleep(0.2)
             self.groups += len(batch)
@@ -191,6 +190,7 @@ class Trainer:
 def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, inference: str,
                                          tokenizer_dir: Path, tmp_path: Path) -> None:
     ids = seed_arith(pg_store, EXPRS, run="atropos")
+    held_out = export_held_out(daemon.url, tmp_path / "held_out.jsonl", 3)
     port = free_port()
     api = subprocess.Popen([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port",
                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -202,11 +202,15 @@ def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, 
             env = subprocess.Popen(
                 [*env_command(["serve"], daemon.url, TOKEN, tokenizer_dir, inference), "--env.group_size", str(GROUP),
                  "--env.rollout_server_url", f"http://127.0.0.1:{port}", "--env.max_num_workers_per_node", "2",
-                 "--env.lease_batch", "2", "--env.ack_every", "2", "--env.max_tokens", "8"],
+                 "--env.lease_batch", "2", "--env.ack_every", "2", "--env.max_tokens", "8",
+                 "--env.steps_per_eval", "3", "--env.eval_path", str(held_out),  # eval stops rollouts (STOP_TRAIN)
+                 "--env.data_dir_to_save_evals", str(tmp_path / "evals")],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        trainer.pull(steps=5, timeout_s=150)  # checkpoints at steps 2 and 4 announce step-2, step-4
-        wait_for(lambda: "step-4" in {v for _, v, _, _ in consumer_labels(pg_store)}, 60, env, log_path)
+        # a checkpoint (every 2 steps) announces step-N; groups made after that are acked as it
+        while {v for _, v, _, _ in consumer_labels(pg_store)} <= {"step-0"}:
+            trainer.pull(steps=1, timeout_s=150, env=env, log_path=log_path)
+        trainer.pull(steps=1, timeout_s=60, env=env, log_path=log_path)
         os.kill(env.pid, signal.SIGTERM)
         assert env.wait(timeout=60) == 0, log_path.read_text()[-3000:]
     finally:
@@ -216,11 +220,14 @@ def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, 
     assert "stopped by a signal" in text and "Traceback" not in text, text[-3000:]
     labels = consumer_labels(pg_store)
     acked = [t for t, *_ in labels]
-    assert len(acked) == len(set(acked)) >= trainer.groups == 10  # every outcome stored once; trained ⊆ acked
+    assert len(acked) == len(set(acked)) >= trainer.groups >= 10  # every outcome stored once; trained ⊆ acked
     states = queue_states(pg_store)
     assert states == {"acked": len(acked), "ready": len(ids) - len(acked)}  # nothing left leased
     assert {(solved, k) for _, _, solved, k in labels} == {(GROUP // 2, GROUP)}
     with pg_store.session() as s:
         announced = set(s.scalars(select(SolverVersionRow.version).where(SolverVersionRow.solver == SOLVER)))
-    assert {"step-0", "step-2", "step-4"} <= announced
+    # Atropos calls save_checkpoint when its step crosses a multiple of checkpoint_interval between two polls
+    assert "step-0" in announced and len(announced) >= 2 and all(int(v[5:]) % 2 == 0 for v in announced)
     assert {v for _, v, _, _ in labels} <= announced  # each ack as the version current when it was reported
+    evaluated = json.loads((tmp_path / "evals" / "metrics.json").read_text())["results"]["all"]
+    assert evaluated["eval/accuracy"] == 1.0 and evaluated["eval/tasks"] == 3.0
