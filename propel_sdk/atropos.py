@@ -250,7 +250,11 @@ class PropelEnv(BaseEnv):
         await self._until_stopped(super().process_manager())
 
     async def _run_evaluate(self) -> None:
-        await self._until_stopped(super()._run_evaluate())
+        """``evaluate``: grade the held-out set. The daemon is not contacted (nothing to lease or ack)."""
+        if not self.config.eval_path:
+            raise PropelEnvError("evaluate needs a held-out set: pass --env.eval_path (write one with `propel "
+                                 "tasks export --state acked --out held_out.jsonl`)")
+        await self._until_stopped(self.evaluate())
 
     async def _until_stopped(self, main: Awaitable[None]) -> None:
         """Run ``main``; SIGTERM/SIGINT stop it. Either way, :meth:`shutdown` gives every unreported task back."""

@@ -51,11 +51,11 @@ EXPRS = [f"{a}+{b}*{c}" for a, b, c in itertools.product(range(2, 6), range(3, 6
 def answer(body: dict[str, Any], _: int) -> tuple[int, dict[str, Any]]:
     """An OpenAI chat completion: greedy (temperature 0) answers right; a sampled group of ``n`` answers
     right at even indices (``ceil(n/2)`` solved); the health check's ``hi`` gets ``ok``."""
-    prompt = str(body["messages"][0]["content"])  # type: ignore[index]
+    prompt = str(body["messages"][0]["content"])
     found = re.match(r"Compute: (.*)\n", prompt)
     gold = analyse(found.group(1)).value if found else None
-    n = int(body.get("n") or 1)  # type: ignore[call-overload]
-    greedy = float(body.get("temperature", 1.0)) == 0.0  # type: ignore[arg-type]
+    n = int(body.get("n") or 1)
+    greedy = float(body.get("temperature", 1.0)) == 0.0
     texts = ["ok" if gold is None else str(gold if greedy or j % 2 == 0 else gold + 1) for j in range(n)]
     return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
                  "choices": [{"index": j, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
@@ -90,13 +90,14 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def queue_states(store: Store) -> dict[str, int]:
     with store.session() as s:
-        return dict(s.execute(select(QueueItem.state, func.count()).group_by(QueueItem.state)).all())  # type: ignore[arg-type]
+        return dict(s.execute(select(QueueItem.state, func.count()).group_by(QueueItem.state)).all())
 
 
 def consumer_labels(store: Store) -> list[tuple[int, str, int, int]]:
     with store.session() as s:
-        return [tuple(r) for r in s.execute(select(Label.task_id, Label.solver_version, Label.solved, Label.k)
-                                            .where(Label.source == "consumer"))]  # type: ignore[misc]
+        rows = s.execute(select(Label.task_id, Label.solver_version, Label.solved, Label.k)
+                         .where(Label.source == "consumer")).all()
+        return [(r.task_id, r.solver_version, r.solved, r.k) for r in rows]
 
 
 def export_held_out(url: str, path: Path, n: int) -> Path:
