@@ -3,20 +3,17 @@
     python -m examples.atropos_env serve --env.propel_url http://127.0.0.1:8787 \\
         --openai.base_url http://127.0.0.1:9001/v1 --openai.model_name my-policy
 
-* ``get_next_item`` leases frontier tasks from the queue (an :class:`~propel_sdk.aio.AsyncTaskStream`:
-  the same :class:`~propel_sdk.ledger.Ledger` rules as TRL's ``TaskStream``; leases are renewed).
-* ``collect_trajectories`` samples ``group_size`` completions from the inference server, grades each
-  with the domain grader (:func:`propel_sdk.grading.grade`) and reports the group **once**, as
-  ``solver_name`` at the current version (``solved`` of ``n``, ungradeable ones as ``errors``);
-  reports are acked in batches of ``ack_every``. A group Atropos will not train on (all scores equal)
-  is still a measured outcome and is acked.
-* Versions: ``step-N`` (order N) where N is the trainer's step. ``step-<start>`` is announced at start,
-  and a new one at each Atropos checkpoint (``checkpoint_interval`` of the run-api); set
-  ``solver_version`` to ack as one fixed version instead (``process`` with a frozen model).
-* ``evaluate`` grades one greedy completion per task of a held-out JSONL (``eval_path``: frontier
-  messages, e.g. ``propel tasks export --state acked``) and writes ``eval/accuracy`` with ``evaluate_log``.
-* Shutdown (the end of ``serve``/``process``, SIGTERM, Ctrl-C): in-flight acks are sent and every task
-  leased and not reported is nacked (read-ahead ones untried), so nothing stays leased.
+* ``get_next_item`` leases (an :class:`~propel_sdk.aio.AsyncTaskStream`: the :class:`~propel_sdk.ledger.Ledger`
+  rules of TRL's ``TaskStream``; leases renewed).
+* ``collect_trajectories`` samples ``group_size`` completions, grades each with the domain grader and
+  reports the group **once** as ``solver_name`` at the current version (``solved`` of ``n``, ungradeable
+  ones as ``errors``), acked ``ack_every`` at a time; a group Atropos drops (equal scores) is acked too.
+* Versions: ``step-N`` (order N), N the trainer's step: announced at start and at each Atropos checkpoint;
+  ``solver_version`` acks as one fixed version instead.
+* ``evaluate`` grades one greedy completion per task of a held-out JSONL (``eval_path``, e.g. written by
+  ``propel tasks export --state acked``); nothing is leased.
+* Shutdown (end of ``serve``/``process``, SIGTERM, Ctrl-C): in-flight acks land, every task leased and
+  not reported is nacked (read-ahead ones untried): nothing stays leased.
 """
 
 from __future__ import annotations
@@ -98,8 +95,8 @@ class PropelEnv(BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[PropelEnvConfig, list[APIServerConfig]]:
         # wandb_name is also the name run-api registers the environment under (it refuses none)
-        return PropelEnvConfig(wandb_name=cls.name), [APIServerConfig(model_name="policy", base_url="http://127.0.0.1:9001/v1",
-                                                   api_key="x")]
+        server = APIServerConfig(model_name="policy", base_url="http://127.0.0.1:9001/v1", api_key="x")
+        return PropelEnvConfig(wandb_name=cls.name), [server]
 
     # ---- start-up: connect, check the token, announce ------------------------------------------
     async def setup(self) -> None:
@@ -184,12 +181,13 @@ class PropelEnv(BaseEnv):
             await self._shielded(self.stream.report(item["task_id"], solved=solved, n=len(texts), errors=errors))
         except PropelClientError as err:  # kept pending by the ledger; the rollouts still train
             log.error("task %s: ack refused (%s): the outcome stays pending", item["task_id"], describe(err))
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
-        for text, verdict in zip(texts, verdicts, strict=True):
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[1.0 if v else 0.0 for v in verdicts], messages=None)
+        for text in texts:
             tokens, masks = self.tokenize(chat, text)
             group["tokens"].append(tokens)
             group["masks"].append(masks)
-            group["scores"].append(1.0 if verdict else 0.0)
+        if self.config.include_messages:
+            group["messages"] = [[*chat, {"role": "assistant", "content": t}] for t in texts]
         return group, []
 
     def tokenize(self, chat: list[dict[str, str]], completion: str) -> tuple[list[int], list[int]]:
@@ -256,7 +254,7 @@ class PropelEnv(BaseEnv):
                                  "tasks export --state acked --out held_out.jsonl`)")
         await self._until_stopped(self.evaluate())
 
-    async def _until_stopped(self, main: Awaitable[None]) -> None:
+    async def _until_stopped(self, main: Awaitable[Any]) -> None:
         """Run ``main``; SIGTERM/SIGINT stop it. Either way, :meth:`shutdown` gives every unreported task back."""
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         assert me is not None
@@ -280,7 +278,7 @@ class PropelEnv(BaseEnv):
 
     async def shutdown(self) -> CloseSummary | None:
         """Cancel rollouts, let in-flight acks land, flush, nack what is left (idempotent)."""
-        for worker in list(self.workers):
+        for worker in [*self.workers, *([self.eval_runner] if self.eval_runner else [])]:
             worker.cancel()
         await asyncio.gather(*self.workers, return_exceptions=True)
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("atroposlib", reason="the atropos extra is not installed (pip install -e '.[atropos]')")
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig  # noqa: E402
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-from propel_sdk.atropos import PropelEnv, PropelEnvConfig, PropelEnvError, read_held_out  # noqa: E402
-from testkit.servers import free_port  # noqa: E402
+from propel_sdk.atropos import PropelEnv, PropelEnvConfig, PropelEnvError, read_held_out
+from testkit.servers import free_port
 
-MESSAGE = {"id": 1, "domain": "arith", "solver_prompt": "Compute: 2+3\nAnswer with a single integer.",
+MESSAGE: dict[str, Any] = {"id": 1, "domain": "arith", "solver_prompt": "Compute: 2+3\nAnswer with a single integer.",
            "grading": {"answer": 5}}
 
 
