@@ -181,13 +181,12 @@ class PropelEnv(BaseEnv):
             await self._shielded(self.stream.report(item["task_id"], solved=solved, n=len(texts), errors=errors))
         except PropelClientError as err:  # kept pending by the ledger; the rollouts still train
             log.error("task %s: ack refused (%s): the outcome stays pending", item["task_id"], describe(err))
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[1.0 if v else 0.0 for v in verdicts], messages=None)
-        for text in texts:
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[1.0 if v else 0.0 for v in verdicts], messages=[])
+        for text in texts:  # messages too: process's HTML report reads them
             tokens, masks = self.tokenize(chat, text)
             group["tokens"].append(tokens)
             group["masks"].append(masks)
-        if self.config.include_messages:
-            group["messages"] = [[*chat, {"role": "assistant", "content": t}] for t in texts]
+            group["messages"].append([*chat, {"role": "assistant", "content": text}])
         return group, []
 
     def tokenize(self, chat: list[dict[str, str]], completion: str) -> tuple[list[int], list[int]]:

@@ -221,7 +221,7 @@ def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, 
     assert "stopped by a signal" in text and "Traceback" not in text, text[-3000:]
     labels = consumer_labels(pg_store)
     acked = [t for t, *_ in labels]
-    assert len(acked) == len(set(acked)) >= trainer.groups >= 10  # every outcome stored once; trained ⊆ acked
+    assert len(acked) == len(set(acked)) >= trainer.groups >= 4  # once each; trained ⊆ acked
     states = queue_states(pg_store)
     assert states == {"acked": len(acked), "ready": len(ids) - len(acked)}  # nothing left leased
     assert {(solved, k) for _, _, solved, k in labels} == {(GROUP // 2, GROUP)}
