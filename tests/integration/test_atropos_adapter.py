@@ -45,7 +45,7 @@ SOLVER = "atropos-policy"
 GROUP = 4
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant: {% endif %}")
-EXPRS = [f"{a}+{b}*{c}" for a, b, c in itertools.product(range(2, 6), range(3, 6), range(2, 4))]  # 24 tasks
+EXPRS = [f"{a}+{b}*{c}" for a, b, c in itertools.product(range(2, 7), range(3, 7), range(2, 4))]  # 40 tasks
 
 
 def answer(body: dict[str, Any], _: int) -> tuple[int, dict[str, Any]]:
