@@ -55,10 +55,14 @@ def test_make_run_installs_the_runtime_set_and_make_test_the_dev_set(checkout: P
 
 def test_dev_install_counts_for_make_run_but_not_the_reverse(checkout: Path) -> None:
     age(checkout / "pyproject.toml", 60)
+    age(checkout / "Makefile", 60)
     (checkout / ".venv" / ".installed-run").touch()
     assert "pip" not in dry_run(checkout, "run")
     assert "-e '.[dev]'" in dry_run(checkout, "test")  # runtime set only: the tests need the dev extras
     (checkout / ".venv" / ".installed").touch()
+    (checkout / ".venv" / ".installed-adapters").touch()
+    assert "pip" not in dry_run(checkout, "test")
+    (checkout / ".venv" / ".installed-run").unlink()
     assert "pip" not in dry_run(checkout, "test")
 
 
