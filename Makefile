@@ -58,7 +58,7 @@ test: $(STAMP) $(ADAPTERS_STAMP)  ## the whole suite: unit, integration (real Po
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
 	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
 
-test-long: $(STAMP) $(ADAPTERS_STAMP)  ## the benchmark-grade checks `make test` leaves out (e.g. the full bootstrap recipe on seeds 0 and 1: 2-7 min each)
+test-long: $(STAMP) $(ADAPTERS_STAMP)  ## the benchmark-grade checks `make test` leaves out (e.g. the full bootstrap recipe on seeds 0 and 1: 3-22 min each)
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(ADAPTERS_STAMP)  ## unit tests only
