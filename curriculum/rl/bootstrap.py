@@ -73,7 +73,7 @@ class BootstrapSettings:
     """Every setting that influences the trained model (all of them key the cache)."""
 
     #: 1,800 steps: the only recipe benchmarks/bootstrap_recipe.py found holding ≥ 95 % validity on seeds 0
-    #: and 1 (400 and 600 steps: ~92 % on seed 1); README "The first run".
+    #: and 1 (400, 600 and 1,200 steps: 91.6–94.7 % on seed 1); README "The first run".
     steps: int = 1800
     batch_size: int = 64
     lr: float = 3e-3
