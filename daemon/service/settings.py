@@ -207,7 +207,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
                               healthy_validity=cfg.health.healthy_validity),
         escalate_after_cycles=cfg.health.escalate_after_cycles, max_paused_cycles=cfg.health.max_paused_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
-        frontier=frontier_settings(cfg))
+        frontier=frontier_settings(cfg), follow=cfg.solver.follow_mode, explore_share=cfg.emission.explore_share)
 
 
 def suspect_limits(cfg: PropelConfig) -> SuspectLimits:
@@ -232,7 +232,8 @@ def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
     return FrontierSettings(
         staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
         refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
-        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels)
+        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels,
+        refresh_every_trainer_labels=f.refresh_every_trainer_labels)
 
 
 def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:
