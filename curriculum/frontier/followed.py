@@ -56,3 +56,9 @@ def resolve(sess: Session, configured: str, mode: FollowMode) -> Followed:
                                     "so the configured solver until one does")
     return Followed(first, 'solver.follow = "first_trainer": the first solver a trainer announced or acked',
                     trainer=first != configured)
+
+
+def follows_line(followed: Followed) -> str:
+    """The one line that says which solver is followed and why."""
+    how = "known only through its trainer's acks and announces" if followed.trainer else "spot-checked"
+    return f"following solver {followed.name!r} ({how}): {followed.why}"

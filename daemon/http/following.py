@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from curriculum.frontier.followed import TRAINER_SOURCES, Followed, FollowMode, resolve
+from curriculum.frontier.followed import TRAINER_SOURCES, Followed, FollowMode, follows_line, resolve
 from curriculum.store.models import SolverVersionRow
 
 log = logging.getLogger("propel.api")
@@ -31,12 +31,6 @@ def notice(name: str, followed: Followed | None) -> str | None:
     return (f"solver {name!r} is not followed: this daemon follows {it} ({followed.why}). Its acks are stored "
             f"as labels, but probes, drift and emitted tasks target {it}. To follow it, set "
             f'solver.follow = "config" and solver.name = "{name}" in the config and restart the daemon')
-
-
-def follows_line(followed: Followed) -> str:
-    """The one line that says which solver is followed and why."""
-    how = "known only through its trainer's acks and announces" if followed.trainer else "spot-checked"
-    return f"following solver {followed.name!r} ({how}): {followed.why}"
 
 
 class NoticeLog:

@@ -18,10 +18,11 @@ from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from curriculum.frontier.followed import follows_line
 from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from daemon.http.fields import VersionText, printable
-from daemon.http.following import follows_line, notice
+from daemon.http.following import notice
 
 NamePath = Annotated[str, PathParam(min_length=1, max_length=256, pattern=r"^[^@\s/][^@\s]*$",
                                     description="solver name (no '@' or whitespace; '/' allowed inside, "

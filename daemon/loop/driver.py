@@ -214,7 +214,8 @@ class Driver(HealthWatch):
         return values, diversity.dominant_topic
 
     def _phase_spotcheck(self, cycle: int, state: DriverState) -> dict[str, float]:
-        if self.followed.trainer:  # known only through acks: no spot-checks (daemon.loop.follow)
+        follow.switch(followed := self.followed, state)
+        if followed.trainer:  # known only through acks: no spot-checks (daemon.loop.follow)
             values, sid = follow.trainer_round(self, cycle, state), self.frontier.serving_id()
         else:
             values, sid = self._spotcheck_round(cycle, state)

@@ -20,6 +20,7 @@ nothing, nothing is explored either.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from curriculum.frontier.followed import CONFIG_WHY, Followed, FollowMode, resolve
+from curriculum.frontier.followed import CONFIG_WHY, Followed, FollowMode, follows_line, resolve
 from curriculum.labelling.spotcheck import LabelValue, false_positives
 from curriculum.store import lineage, queue
 from curriculum.store.db import Store
@@ -38,6 +39,8 @@ from daemon.loop.frontier import FrontierSettings, FrontierTracker
 from daemon.loop.phases import Candidate
 from daemon.loop.state import DriverState
 from probes.band import Band
+
+log = logging.getLogger("propel.driver")
 
 #: Message fields of a task served unfiltered, and of one served again to measure drift.
 EXPLORE, REMEASURE = "explore", "remeasure"
@@ -75,6 +78,17 @@ def followed(store: Store, configured: str, mode: FollowMode) -> Followed:
         return Followed(configured, CONFIG_WHY)
     with store.session() as s:
         return resolve(s, configured, mode)
+
+
+def switch(now: Followed, state: DriverState) -> bool:
+    """Note the followed solver in ``state``; on a change (the first trainer announced) log it once and forget
+    the previous solver's version, so no drift measurement opens across two solvers. True on a change."""
+    before, state.followed = state.followed, now.name
+    if before == now.name or (before is None and not now.trainer):
+        return False
+    state.solver_version = None
+    log.warning("%s", follows_line(now), extra={"fields": {"followed": now.name}})
+    return True
 
 
 def frontier_settings(settings: FrontierSettings, trainer: bool) -> FrontierSettings:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+from curriculum.frontier.followed import CONFIG_WHY, Followed, follows_line
 from daemon.cli.status_text import wrap
 from daemon.config import load_config
-from curriculum.frontier.followed import CONFIG_WHY, Followed
-from daemon.http.following import follows_line, notice
+from daemon.http.following import notice
 from daemon.http.task_stats import bins, quantiles
 from daemon.service.settings import build_configured_solver, followed_names, followed_solver_name
 
