@@ -14,6 +14,7 @@ from the synthetic solver, no sampling noise), and the trainer's useful-group sh
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -28,7 +29,9 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 
 
 def run_arm(follow: bool, seed: int, sc: Scenario, generator: Path, work: Path) -> Run:
-    with default_daemon(work / f"{'on' if follow else 'off'}-s{seed}", generator, seed, follow) as server:
+    workdir = work / f"{'on' if follow else 'off'}-s{seed}"
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
+    with default_daemon(workdir, generator, seed, follow) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 
