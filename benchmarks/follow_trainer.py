@@ -31,7 +31,7 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 def run_arm(follow: bool, seed: int, sc: Scenario, generator: Path, work: Path) -> Run:
     workdir = work / f"{'on' if follow else 'off'}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
-    with default_daemon(workdir, generator, seed, follow) as server:
+    with default_daemon(workdir, generator, seed, follow, sc.min_probability) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 

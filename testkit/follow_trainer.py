@@ -44,9 +44,11 @@ class Scenario:
     announce_every: int = 50
     start_skill: float = 2.0  # the trainer's solver: far weaker than the daemon's synthetic one (6.0), as in #36
     skill_per_useful_group: float = 0.01
-    wait_s: float = 60.0  # a step takes what the queue holds after at most this long (at least one task)
+    wait_s: float = 20.0  # a step takes what the queue holds after at most this long (at least one task)
     first_wait_s: float = 900.0  # the first tasks: the daemon bootstraps its generator and probes first
-    daemon_extra: str = ""
+    # the product's emission threshold: testkit/configs.py lowers it to 0.2 for quick tests, which emits nearly
+    # every sampled task and leaves the probes no say in what is served
+    min_probability: float = 0.5
 
 
 @dataclass
@@ -77,13 +79,16 @@ def in_band_probability(solver: SyntheticArithSolver, expr: str, band: Band = BA
 
 
 @contextmanager
-def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool, extra: str = "") -> Iterator[ArmServer]:
-    """``propel run`` with the defaults (follow off: ``solver.follow = "config"``)."""
+def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool,
+                   min_probability: float = 0.5) -> Iterator[ArmServer]:
+    """``propel run`` with the defaults (follow off: ``solver.follow = "config"``) at the product's emission
+    threshold."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), "follow" if follow else "config"
     solver = "" if follow else '[solver]\nfollow = "config"\n'
-    cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, solver + extra, port=port,
+    cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, solver, port=port,
                        seed=seed)
+    cfg.write_text(cfg.read_text().replace("min_probability = 0.2", f"min_probability = {min_probability}"))
     log = workdir / "propel.log"
     proc = propel(cfg, "run", log=log, wait=False)
     try:

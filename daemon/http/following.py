@@ -34,26 +34,23 @@ def notice(name: str, followed: Followed | None) -> str | None:
 
 
 class NoticeLog:
-    """Logs :func:`notice` once per solver name, and :func:`follows_line` once per followed name (and process)."""
+    """Logs :func:`notice` once per solver name (and process). The line naming the followed solver is the
+    driver's, logged once when it starts following it (:func:`daemon.loop.follow.switch`)."""
 
     def __init__(self) -> None:
         self._said: set[str] = set()
         self._lock = threading.Lock()
 
-    def _first(self, key: str) -> bool:
-        with self._lock:
-            if key in self._said:
-                return False
-            self._said.add(key)
-            return True
-
     def once(self, names: Iterable[str], followed: Followed | None) -> None:
-        if followed is not None and followed.trainer and self._first(f"follows:{followed.name}"):
-            log.warning(follows_line(followed))
         for name in names:
             line = notice(name, followed)
-            if line is not None and self._first(name):
-                log.warning(line)
+            if line is None:
+                continue
+            with self._lock:
+                if name in self._said:
+                    continue
+                self._said.add(name)
+            log.warning(line)
 
 
 def trainer_names(sess: Session) -> list[str]:
