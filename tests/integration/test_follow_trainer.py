@@ -31,7 +31,7 @@ from testkit.closed_loop import task_of
 from testkit.driver import make_driver, tick_to
 from testkit.servers import free_port, wait_http
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~45 s per database unloaded, ~100 s on a busy machine
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = "my-policy"
 
