@@ -79,12 +79,18 @@ def plot(table: dict[str, Any], path: Path) -> None:
               help="where the tiny generator is cached and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
 @click.option("--regoal", is_flag=True, help="recompute the goals and the PNG of the stored results JSON (no run)")
-def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool) -> None:
+@click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
+              help="how fast the trainer learns; another value writes follow_trainer_learn<value>.json")
+def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool,
+         skill_per_useful_group: float) -> None:
     """Measure the served in-band share and useful groups of an outside trainer, follow on vs off."""
     from curriculum.rl.bootstrap import bootstrap
 
+    name = "follow_trainer_quick" if quick else "follow_trainer"
+    if skill_per_useful_group != Scenario.skill_per_useful_group:
+        name += f"_learn{skill_per_useful_group:g}"
     if regoal:
-        path = RESULTS / f"follow_trainer{'_quick' if quick else ''}.json"
+        path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text())
         data["goals"] = goals(data["arms"])
         path.write_text(json.dumps(data, indent=2) + "\n")
@@ -94,16 +100,15 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
 
     if quick:
         seeds, steps = 1, 20
-    sc = Scenario(steps=steps, announce_every=max(5, steps // 2))
+    sc = Scenario(steps=steps, announce_every=max(5, steps // 2), skill_per_useful_group=skill_per_useful_group)
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     runs: dict[str, list[Run]] = {"on": [], "off": []}
     for seed in range(seeds):
         for arm in ("on", "off"):
-            runs[arm].append(run_arm(arm == "on", seed, sc, generator, data_dir / "runs"))
+            runs[arm].append(run_arm(arm == "on", seed, sc, generator, data_dir / "runs" / name))
     lo, hi = max(0, steps - 10), steps - 1
     table = {arm: summary(rs, lo, hi) for arm, rs in runs.items()}
-    name = "follow_trainer_quick" if quick else "follow_trainer"
     write_result(name, {"scenario": asdict(sc), "window": [lo, hi], "arms": table, "goals": goals(table),
                         "status_on": [r.status.get("following") for r in runs["on"]],
                         "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
