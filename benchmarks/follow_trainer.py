@@ -81,14 +81,18 @@ def plot(table: dict[str, Any], path: Path) -> None:
 @click.option("--regoal", is_flag=True, help="recompute the goals and the PNG of the stored results JSON (no run)")
 @click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
               help="how fast the trainer learns; another value writes follow_trainer_learn<value>.json")
+@click.option("--first-seed", type=int, default=0, show_default=True,
+              help="seeds first_seed … first_seed + seeds − 1 (another value writes …_from<first>.json)")
 def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool,
-         skill_per_useful_group: float) -> None:
+         skill_per_useful_group: float, first_seed: int) -> None:
     """Measure the served in-band share and useful groups of an outside trainer, follow on vs off."""
     from curriculum.rl.bootstrap import bootstrap
 
     name = "follow_trainer_quick" if quick else "follow_trainer"
     if skill_per_useful_group != Scenario.skill_per_useful_group:
         name += f"_learn{skill_per_useful_group:g}"
+    if first_seed:
+        name += f"_from{first_seed}"
     if regoal:
         path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text())
@@ -104,7 +108,7 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     runs: dict[str, list[Run]] = {"on": [], "off": []}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for arm in ("on", "off"):
             runs[arm].append(run_arm(arm == "on", seed, sc, generator, data_dir / "runs" / name))
     lo, hi = max(0, steps - 10), steps - 1
