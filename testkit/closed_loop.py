@@ -108,6 +108,7 @@ class RoundRecord:
     level: int | None = None  # reasoning_gym arm: its curriculum's level at the end of the round
     train_s: float = 0.0  # trainer wall-clock, cumulative, held-out measurement excluded (waiting included)
     wait_s: float = 0.0  # of which the trainer waited on the server: an empty queue, the daemon's cycles
+    queue_wait_s: float = 0.0  # of which on an empty queue (the rest: the daemon arms' cycles_per_round)
     server_cpu_s: float = 0.0  # CPU seconds of the arm's server process tree (the daemon for daemon arms)
 
 
@@ -242,6 +243,7 @@ class ArmServer:
     run: str
     config: Path | None = None
     waited_s: float = 0.0  # trainer seconds spent waiting on this server (lease_batch, wait_cycles)
+    queue_waited_s: float = 0.0  # of which on an empty queue (lease_batch)
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) of the server process and its children, live and reaped."""
@@ -369,6 +371,7 @@ def lease_batch(client: PropelClient, server: ArmServer, n: int, timeout_s: floa
             time.sleep(0.2)
     if waited:  # the batch was not ready at the first ask: the whole call was spent waiting on the queue
         server.waited_s += time.monotonic() - started
+        server.queue_waited_s += time.monotonic() - started
     return got
 
 
@@ -453,7 +456,8 @@ def run_arm(arm: str, learner: Learner, server: ArmServer, settings: LoopSetting
                               time.monotonic() - started,
                               heldout_accuracy(learner.solver_at(learner.version), settings, seed),
                               rollouts=rollouts, filter_rollouts=dropped, level=level, train_s=round(train_s, 3),
-                              wait_s=round(server.waited_s, 3), server_cpu_s=round(server.cpu_s(), 3))
+                              wait_s=round(server.waited_s, 3), queue_wait_s=round(server.queue_waited_s, 3),
+                              server_cpu_s=round(server.cpu_s(), 3))
             result.rounds.append(rec)
             log(f"[{arm} seed {seed}] round {r}: useful {useful}/{groups}, held-out {rec.heldout_accuracy:.3f}, "
                 f"daemon trials {rec.daemon_trials}, cycle {rec.daemon_cycle}, rollouts {rollouts} "

@@ -92,10 +92,11 @@ def paired_ratio(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], metri
     return mean_ci(ratios)
 
 
-def wait_share(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The trainer's share of its wall-clock spent waiting on the server (per seed, final round)."""
-    return mean_ci([r["rounds"][-1]["wait_s"] / r["rounds"][-1]["train_s"] for r in results
-                    if r["rounds"][-1].get("train_s")])
+def wait_share(results: Sequence[dict[str, Any]], key: str = "wait_s") -> dict[str, Any]:
+    """The trainer's share of its wall-clock spent waiting on the server (per seed, final round);
+    ``key`` = ``queue_wait_s``: on an empty queue alone (results without it are left out)."""
+    return mean_ci([r["rounds"][-1][key] / r["rounds"][-1]["train_s"] for r in results
+                    if r["rounds"][-1].get("train_s") and key in r["rounds"][-1]])
 
 
 def comparisons(per_seed: Sequence[dict[str, Any]], focus: str = "continuous") -> dict[str, Any]:
@@ -123,4 +124,5 @@ def comparisons(per_seed: Sequence[dict[str, Any]], focus: str = "continuous") -
     if "static" in arms and focus != "static":
         out["final_in_band_vs_static"] = paired_ratio(arms[focus], arms["static"], "in_band")
     out["wait_share"] = {arm: wait_share(runs) for arm, runs in arms.items()}
+    out["queue_wait_share"] = {arm: wait_share(runs, "queue_wait_s") for arm, runs in arms.items()}
     return out
