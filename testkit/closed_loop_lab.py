@@ -31,7 +31,6 @@ from testkit.closed_loop import (
     SyntheticLearner,
     corpus_tasks,
     lease_batch,
-    propel,
     task_of,
     task_records,
 )
@@ -50,11 +49,16 @@ def first_tasks(arm: str, settings: LoopSettings, seed: int, source: ReasoningGy
 
 
 def import_tasks(server: ArmServer, tasks: Sequence[Task], source: str, tag: str) -> None:
-    """``propel tasks import`` into the running server's store and run (as a user adds tasks)."""
+    """``propel tasks import`` into the running server's store and run (as a user adds tasks), in this
+    process: the CLI's own command, without a Python start per step (a lab's generator is in-process;
+    a subprocess per step charged the arm ~4-15 s of interpreter start-up a step on this machine)."""
+    from daemon.cli.main import cli
+
     assert server.config is not None
     path = server.config.parent / f"tasks-{tag}.jsonl"
     path.write_text(task_records(tasks, source, server.run))
-    propel(server.config, "tasks", "import", str(path), log=server.log)
+    cli.main(["--config", str(server.config), "--log-level", "warning", "tasks", "import", str(path)],
+             prog_name="propel", standalone_mode=False)
 
 
 def rg_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings,
