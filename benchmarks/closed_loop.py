@@ -45,7 +45,7 @@ from typing import Any
 import click
 import numpy as np
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from testkit.closed_loop import (
     ARMS,
     LAB_ARMS,
@@ -294,7 +294,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
     data = {**meta, "rows": rows, "goals": goal_rows, "stats": stats, "per_seed": per_seed, "notes": notes,
             "markdown": markdown(rows, goal_rows, meta)}
     path = write_result(name, data)
-    plot(data, RESULTS / f"{name}.png")
+    plot({**data, "commit": COMMIT_AT_START}, RESULTS / f"{name}.png")
     click.echo(f"wrote {path} and {RESULTS / (name + '.png')} in {data['wall_s']:.0f} s")
     click.echo(data["markdown"])
     return data
