@@ -37,7 +37,7 @@ from daemon.loop import follow, hacking, health, pacing
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.harvest import expire_spotchecks, harvest, merge_harvests
 from daemon.loop.messages import frontier_message
-from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
+from daemon.loop.phases import Candidate, demand_sample_size, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState, PendingCheck, load_state
@@ -164,10 +164,15 @@ class Driver(HealthWatch):
         return {**stats, **retrained}
 
     def _phase_sample(self, cycle: int, state: DriverState) -> dict[str, float]:
-        texts = self.engine.sample(self.s.sample_size, seed=self.s.seed * 100_003 + cycle)
+        n = self.s.sample_size
+        if self.s.sample_size_max > n:  # trainers draining the queue: more candidates per RL chunk
+            with self.store.session() as s:
+                n = demand_sample_size(queue.ready_count(s, self.run_id), n, self.s.sample_size_max)
+        texts = self.engine.sample(n, seed=self.s.seed * 100_003 + cycle)
         checks, scored = self._validate_and_score(texts)
         self._store_sample(cycle, checks, scored)
         values, state.dominant_topic = self._sample_metrics(texts, checks, scored)
+        values["sampled"] = float(n)
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
         if self.supply is not None:  # finished agent bugs: same checks and lineage, their own provenance

@@ -185,12 +185,17 @@ def build_artifacts(cfg: PropelConfig, store: Store) -> ArtifactStore:
         raise ConfigError("artifacts", [("artifacts.url", str(err))]) from None
 
 
+#: ``daemon.sample_size_max`` by default: a starving queue gets up to 4 × sample_size per cycle
+DEMAND_FACTOR = 4
+
+
 def driver_settings(cfg: PropelConfig) -> DriverSettings:
     """The driver's settings: budgets, band, thresholds, where workers write probe artifacts."""
     sc = cfg.spotcheck
     return DriverSettings(
         run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
         sample_size=cfg.daemon.sample_size, band=band(cfg),
+        sample_size_max=cfg.daemon.sample_size_max or DEMAND_FACTOR * cfg.daemon.sample_size,
         budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
         spot_burst=sc.burst if sc.pace else None,
         frontier_threshold=cfg.probes.frontier_threshold,
