@@ -35,6 +35,7 @@ Run:  .venv/bin/python -m benchmarks.closed_loop [--quick] [--seeds 3] [--rounds
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -44,7 +45,7 @@ from typing import Any
 import click
 import numpy as np
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from testkit.closed_loop import (
     ARMS,
     LAB_ARMS,
@@ -56,11 +57,23 @@ from testkit.closed_loop import (
     serve_arm,
 )
 from testkit.closed_loop_lm import LMSettings
+from testkit.closed_loop_stats import all_rollouts, comparisons
 
 METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials", "solver_rollouts")
+#: Cost per arm (cumulative): trainer wall-clock (held-out measurement excluded), of which waiting on the
+#: server (an empty queue, the daemon's cycles), of that on an empty queue alone, and the server's CPU seconds
+#: (the daemon's in daemon arms)
+COSTS = ("train_s", "wait_s", "queue_wait_s", "server_cpu_s")
 QUICK = LoopSettings(rounds=2, steps_per_round=1, batch=4, cycles_per_round=1, measure_tasks=4,
                      heldout=32, heldout_n=1)
 FULL = LoopSettings()
+#: The powered synthetic row (#35): 4 rounds × 16 steps × 16 tasks; every served task of a round measured
+#: (256); 512 held-out problems; the trainer paced at 0.5 s a step = 32 tasks/s (a tiny CPU TRL trainer
+#: consumes 20-40); the solver starts at skill 4 (held-out ≈ 0.37) and learns 0.004 per useful group, so
+#: an arm that trains on ~500-1,000 useful groups rises 20-45 points (not saturated, not flat).
+POWERED = LoopSettings(rounds=4, steps_per_round=16, batch=16, measure_tasks=256, heldout=512, heldout_n=4,
+                       start_skill=4.0, skill_per_useful_group=0.004, step_s=0.5)
+POWERED_ARMS = ("continuous", "static", "base", "corpus", "reasoning_gym", "filter")
 #: The LM row: a GRPO step is 4 prompts × 8 completions; the trainer paces itself (no cycle wait).
 LM_FULL = LoopSettings(rounds=4, steps_per_round=10, batch=4, cycles_per_round=0, heldout=200, max_ops=3)
 
@@ -80,27 +93,35 @@ def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdi
     return result
 
 
-def per_round(result: ArmResult) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {m: [] for m in METRICS}
-    for r in result.rounds:
-        out["in_band"].append(float(r.in_band or 0.0))
-        out["useful_share"].append(r.useful_groups / max(1, r.groups))
-        out["heldout_accuracy"].append(float(r.heldout_accuracy or 0.0))
-        out["daemon_trials"].append(float(r.daemon_trials))
-        out["solver_rollouts"].append(float(r.rollouts + r.filter_rollouts + r.daemon_trials))
+def per_round(result: dict[str, Any]) -> dict[str, list[float]]:
+    """One seed's curves (``ArmResult.to_json()``): every metric by round."""
+    out: dict[str, list[float]] = {m: [] for m in METRICS + COSTS}
+    for r in result["rounds"]:
+        out["in_band"].append(float(r["in_band"] or 0.0))
+        out["useful_share"].append(r["useful_groups"] / max(1, r["groups"]))
+        out["heldout_accuracy"].append(float(r["heldout_accuracy"] or 0.0))
+        out["daemon_trials"].append(float(r["daemon_trials"]))
+        out["solver_rollouts"].append(float(all_rollouts(r)))
+        for c in COSTS:
+            if c in r:  # results of an older harness lack queue_wait_s: left out, never read as 0
+                out[c].append(float(r[c] or 0.0))
     return out
 
 
-def aggregate(results: list[ArmResult]) -> dict[str, Any]:
-    """Mean ± std over seeds per round, per metric; plus the start accuracy and steps per round."""
+def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± std over seeds per round, per metric and cost; plus the start accuracy and steps per round."""
     curves = [per_round(r) for r in results]
-    out: dict[str, Any] = {"seeds": [r.seed for r in results], "steps": [x.steps for x in results[0].rounds],
-                           "start_heldout": float(np.mean([r.start_heldout for r in results]))}
-    for m in METRICS:
+    out: dict[str, Any] = {"seeds": [r["seed"] for r in results], "steps": [x["steps"] for x in results[0]["rounds"]],
+                           "start_heldout": float(np.mean([r["start_heldout"] for r in results]))}
+    for m in METRICS + COSTS:
+        if any(len(c[m]) != len(c["in_band"]) for c in curves):
+            continue
         arr = np.array([c[m] for c in curves], dtype=float)
         out[m] = {"mean": arr.mean(0).round(4).tolist(), "std": arr.std(0).round(4).tolist(),
                   "per_seed": arr.round(4).tolist()}
-    out["wall_s"] = float(np.mean([r.rounds[-1].wall_s for r in results]))
+    out["wall_s"] = float(np.mean([r["rounds"][-1]["wall_s"] for r in results]))
+    train = out["train_s"]["mean"][-1]
+    out["wait_share"] = round(out["wait_s"]["mean"][-1] / train, 4) if train else None
     return out
 
 
@@ -141,35 +162,38 @@ def goals(table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def powered_goals(table: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    """#35's goals, paired by seed (mean and 95 % interval): continuous reaches the best non-daemon arm's
+    final held-out accuracy in ≤ 0.7× its steps and ≤ 1.0× its rollouts (the interval excluding 1, every
+    seed reaching); the best arm rises ≥ 20 points; continuous / static final in-band ≥ 1.5; the
+    continuous trainer waits < 5 % of its wall-clock."""
+    out: dict[str, Any] = {}
+    rise = {arm: t["heldout_accuracy"]["mean"][-1] - t["start_heldout"] for arm, t in table.items()}
+    best_arm = max(rise, key=lambda a: rise[a])
+    out["best_arm_heldout_rise"] = {**_goal(rise[best_arm], ">= 0.2"), "arm": best_arm}
+    best = stats.get("best_non_daemon")
+    if best and best in stats.get("vs", {}):
+        for key, bound in (("steps_to_reach_its_final", 0.7), ("rollouts_to_reach_its_final", 1.0)):
+            r = stats["vs"][best][key]
+            met = (r["mean"] is not None and r["never_reached"] == 0 and r["mean"] <= bound
+                   and r["hi"] is not None and r["hi"] < 1.0)
+            out[f"continuous_{key.split('_')[0]}_to_best_non_daemon_final"] = {
+                "value": r["mean"], "ci95": [r["lo"], r["hi"]], "never_reached": r["never_reached"],
+                "target": f"<= {bound} (CI excludes 1)", "met": met, "vs": best}
+    ib = stats.get("final_in_band_vs_static")
+    if ib:
+        out["continuous_vs_static_final_in_band_paired"] = {**_goal(ib["mean"], ">= 1.5"), "ci95": [ib["lo"], ib["hi"]]}
+    for key in ("wait_share", "queue_wait_share"):  # all waiting on the server; on an empty queue alone
+        wait = stats.get(key, {}).get("continuous")
+        if wait and wait["mean"] is not None:
+            out[f"continuous_trainer_{key}"] = {**_goal(wait["mean"], "<= 0.05"), "ci95": [wait["lo"], wait["hi"]]}
+    return out
+
+
 def _goal(value: float | None, target: str) -> dict[str, Any]:
     op, bound = target.split()
     met = None if value is None else (value >= float(bound) if op == ">=" else value <= float(bound))
     return {"value": None if value is None else round(float(value), 4), "target": target, "met": met}
-
-
-def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(rows), len(METRICS), figsize=(4.2 * len(METRICS), 3.4 * len(rows)), squeeze=False)
-    for i, (row, table) in enumerate(rows.items()):
-        for j, m in enumerate(METRICS):
-            ax = axes[i][j]
-            for arm, t in table.items():
-                mean, std, steps = np.array(t[m]["mean"]), np.array(t[m]["std"]), t["steps"]
-                if m == "heldout_accuracy":  # from the common start checkpoint
-                    mean, std, steps = np.r_[t["start_heldout"], mean], np.r_[0.0, std], [0, *steps]
-                ax.errorbar(steps, mean, yerr=std, marker="o", capsize=3, label=arm)
-            ax.set_title(m.replace("_", " "), fontsize=10)
-            ax.set_xlabel("trainer steps")
-            ax.grid(alpha=0.3)
-        axes[i][0].set_ylabel(row.split(" (")[0] + (" (SYNTHETIC)" if "SYNTHETIC" in row else ""))
-        axes[i][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -177,16 +201,19 @@ def markdown(rows: dict[str, dict[str, Any]], goal_rows: dict[str, dict[str, Any
     for row, table in rows.items():
         lines += [f"**{row}** (final round; mean ± std over seeds)", "",
                   "| arm | in-band (first → final) | useful GRPO groups | held-out acc (start → final) | "
-                  "daemon trials | solver rollouts (all) |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "daemon trials | solver rollouts (all) | trainer s (waiting) | server CPU s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for arm, t in table.items():
             ib, us, ha, tr, ro = (t[m] for m in METRICS)
+            train, wait, cpu = (t[c]["mean"][-1] for c in ("train_s", "wait_s", "server_cpu_s"))
             lines.append(f"| {arm} | {ib['mean'][0]:.2f} → {ib['mean'][-1]:.2f} ± {ib['std'][-1]:.2f} | "
                          f"{np.mean(us['mean']):.2f} | {t['start_heldout']:.3f} → {ha['mean'][-1]:.3f} ± "
-                         f"{ha['std'][-1]:.3f} | {tr['mean'][-1]:.0f} | {ro['mean'][-1]:.0f} |")
+                         f"{ha['std'][-1]:.3f} | {tr['mean'][-1]:.0f} | {ro['mean'][-1]:.0f} | "
+                         f"{train:.0f} ({100 * wait / train if train else 0:.1f} %) | {cpu:.0f} |")
         lines += ["", "| goal | value | target | met |", "| --- | --- | --- | --- |"]
         for g, v in goal_rows[row].items():
-            lines.append(f"| {g} | {v['value']} | {v['target']} | {v['met']} |")
+            ci = f" (95 % CI {v['ci95'][0]}–{v['ci95'][1]})" if v.get("ci95") else ""
+            lines.append(f"| {g} | {v['value']}{ci} | {v['target']} | {v['met']} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -206,46 +233,68 @@ def run_one_lm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, gene
     return result
 
 
-def run_row(row: str, settings: LoopSettings, seeds: int, arms: tuple[str, ...], generator: Path,
-            data_dir: Path, lm: LMSettings, keep: bool = False) -> list[ArmResult]:
-    results: list[ArmResult] = []
-    for seed in range(seeds):
+def run_row(row: str, settings: LoopSettings, seeds: range, arms: tuple[str, ...], generator: Path,
+            data_dir: Path, lm: LMSettings, keep: bool = False) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
         for arm in arms:
             work = Path(tempfile.mkdtemp(prefix=f"cl-{arm}-{seed}-", dir=data_dir))
             if row == SYNTHETIC_ROW:
-                results.append(run_one(arm, seed, settings, generator, work))
+                results.append(run_one(arm, seed, settings, generator, work).to_json())
             else:
-                results.append(run_one_lm(arm, seed, settings, lm, generator, work, data_dir / "solver-cache"))
+                results.append(run_one_lm(arm, seed, settings, lm, generator, work,
+                                          data_dir / "solver-cache").to_json())
             if not keep:
                 shutil.rmtree(work, ignore_errors=True)
     return results
 
 
-def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], generator_steps: int, data_dir: Path,
-        name: str, lm: LMSettings, keep: bool = False) -> dict[str, Any]:
-    """Every row of ``plan`` (row → settings, seeds), every arm; JSON + PNG + markdown."""
+def merged(row: str, results: list[dict[str, Any]], merge_from: tuple[Path, ...]) -> list[dict[str, Any]]:
+    """``results`` plus the same row's per-seed results of earlier result files (seeds run in other
+    processes); a (arm, seed) pair run here wins over a merged one."""
+    have = {(r["arm"], r["seed"]) for r in results}
+    out = list(results)
+    for path in merge_from:
+        for r in json.loads(path.read_text()).get("per_seed", {}).get(row, []):
+            if (r["arm"], r["seed"]) not in have:
+                have.add((r["arm"], r["seed"]))
+                out.append(r)
+    return sorted(out, key=lambda r: (r["seed"], r["arm"]))
+
+
+def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], generator_steps: int, data_dir: Path,
+        name: str, lm: LMSettings, keep: bool = False, merge_from: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Every row of ``plan`` (row → settings, seeds), every arm, merged with ``merge_from``; JSON + PNG."""
+    from benchmarks.closed_loop_report import plot
     from curriculum.rl.bootstrap import bootstrap
 
     started = time.perf_counter()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     rows: dict[str, dict[str, Any]] = {}
     per_seed: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
     for row, (settings, seeds) in plan.items():
-        results = run_row(row, settings, seeds, arms, generator, data_dir, lm, keep)
-        rows[row] = {arm: aggregate([r for r in results if r.arm == arm]) for arm in arms}
-        per_seed[row] = [r.to_json() for r in results]
-    goal_rows = {row: goals(t) for row, t in rows.items()}
-    meta = {"settings": {row: {**vars(st), "seeds": n} for row, (st, n) in plan.items()}, "arms": list(arms),
-            "generator_bootstrap_steps": generator_steps, "lm": vars(lm) if LM_ROW in plan else None,
+        results = merged(row, run_row(row, settings, seeds, arms, generator, data_dir, lm, keep), merge_from)
+        present = [a for a in dict.fromkeys(r["arm"] for r in results)]
+        rows[row] = {arm: aggregate([r for r in results if r["arm"] == arm]) for arm in present}
+        per_seed[row] = results
+        stats[row] = comparisons(results)
+    goal_rows = {row: {**goals(t), **powered_goals(t, stats[row])} for row, t in rows.items()}
+    meta = {"settings": {row: {**vars(st), "seeds": sorted({r["seed"] for r in per_seed[row]})}
+                         for row, (st, _) in plan.items()},
+            "arms": list(arms), "generator_bootstrap_steps": generator_steps,
+            "lm": vars(lm) if LM_ROW in plan else None, "merged_from": [str(p) for p in merge_from],
             "wall_s": round(time.perf_counter() - started, 1)}
     notes = [f"{SYNTHETIC_ROW}: the synthetic solver made learnable (skill += skill_per_useful_group per GRPO group of "
-             "non-zero reward variance it trains on) — SYNTHETIC, a sanity row, not a model"]
+             "non-zero reward variance it trains on) — SYNTHETIC, not a model",
+             "trainer paced at step_s seconds per step (its stated pace); train_s excludes held-out measurement "
+             "and includes every wait on the server (wait_s: an empty queue, the daemon's cycles)"]
     if LM_ROW not in plan:
         notes.append("tiny-LM row: not run in this result")
-    data = {**meta, "rows": rows, "goals": goal_rows, "per_seed": per_seed, "notes": notes,
+    data = {**meta, "rows": rows, "goals": goal_rows, "stats": stats, "per_seed": per_seed, "notes": notes,
             "markdown": markdown(rows, goal_rows, meta)}
     path = write_result(name, data)
-    plot(rows, RESULTS / f"{name}.png")
+    plot({**data, "commit": COMMIT_AT_START}, RESULTS / f"{name}.png")
     click.echo(f"wrote {path} and {RESULTS / (name + '.png')} in {data['wall_s']:.0f} s")
     click.echo(data["markdown"])
     return data
@@ -253,17 +302,29 @@ def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], genera
 
 @click.command(help=__doc__)
 @click.option("--quick", is_flag=True, help="2 rounds of 1 step of 4 tasks, 1 seed (a test of the pipeline)")
-@click.option("--seeds", type=int, default=None, help="seeds (default 3; --quick: 1)")
+@click.option("--powered", is_flag=True,
+              help="the powered synthetic row (#35): 4 rounds × 16 steps × 16 tasks, 256 measured tasks a round, "
+                   "512 held-out, trainer paced at 32 tasks/s, all six arms, 5 seeds")
+@click.option("--seeds", type=int, default=None, help="seeds (default 3; --powered 5; --quick 1)")
+@click.option("--seed-start", type=int, default=0, show_default=True,
+              help="first seed (run seeds in separate processes, then --merge-from their JSONs)")
+@click.option("--merge-from", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="result JSON(s) whose per-seed results join this one's (same row); --seeds 0 merges only")
 @click.option("--rounds", type=int, default=None, help="rounds R (default 4; --quick: 2)")
-@click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4)")
-@click.option("--arms", default=",".join(ARMS), show_default=True,
-              help=f"comma-separated arms; also {', '.join(LAB_ARMS)} (synthetic row only)")
+@click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4; --powered 16)")
+@click.option("--arms", default=None, help=f"comma-separated arms (default {','.join(ARMS)}; --powered all six); "
+                                          f"also {', '.join(LAB_ARMS)} (synthetic row only)")
+@click.option("--sample-size-max", type=int, default=None,
+              help="daemon arms: daemon.sample_size_max (default: the product's, 4 × sample_size; "
+                   "32 = the config's sample_size = demand sampling off)")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--generator-steps", type=int, default=300, show_default=True,
               help="bootstrap steps of the tiny arith generator (cached under DATA_DIR/models)")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".bench/closed_loop"),
               show_default=True)
-@click.option("--rows", default="synthetic,lm", show_default=True,
-              help="synthetic (fast sanity row) and/or lm (the tiny-LM trainer; --quick: synthetic only)")
+@click.option("--rows", default=None, help="synthetic (fast sanity row) and/or lm (the tiny-LM trainer; --quick and "
+                                           "--powered: synthetic only) [default: synthetic,lm]")
 @click.option("--lm-seeds", type=int, default=None, help="seeds of the LM row (default: --seeds)")
 @click.option("--lm-steps-per-round", type=int, default=LM_FULL.steps_per_round, show_default=True,
               help="GRPO steps per round of the LM row")
@@ -271,43 +332,61 @@ def run(plan: dict[str, tuple[LoopSettings, int]], arms: tuple[str, ...], genera
               help="supervised steps of the LM solver before GRPO (cached)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
-def main(quick: bool, seeds: int | None, rounds: int | None, steps_per_round: int | None, arms: str,
-         generator_steps: int, data_dir: Path, rows: str, lm_seeds: int | None, lm_steps_per_round: int,
-         lm_pretrain_steps: int, keep_workdirs: bool, name: str) -> None:
+def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
+         rounds: int | None, steps_per_round: int | None, arms: str | None, sample_size_max: int | None,
+         device: str, generator_steps: int, data_dir: Path, rows: str | None, lm_seeds: int | None,
+         lm_steps_per_round: int, lm_pretrain_steps: int, keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
-    settings = QUICK if quick else FULL
-    if rounds:
-        settings = replace(settings, rounds=rounds)
-    if steps_per_round:
-        settings = replace(settings, steps_per_round=steps_per_round)
-    chosen = tuple(a.strip() for a in arms.split(",") if a.strip())
+    settings = QUICK if quick else POWERED if powered else FULL
+    settings = replace(settings, rounds=rounds or settings.rounds,
+                       steps_per_round=steps_per_round or settings.steps_per_round,
+                       sample_size_max=sample_size_max)
+    chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
     unknown = [a for a in chosen if a not in ARMS + LAB_ARMS]
     if unknown:
         raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS + LAB_ARMS)}")
-    kinds = {r.strip() for r in rows.split(",") if r.strip()}
-    if "reasoning_gym" in chosen:
+    kinds = {r.strip() for r in (rows or ("synthetic" if powered else "synthetic,lm")).split(",") if r.strip()}
+    check_setup(chosen, kinds, quick, device)
+    n = 1 if quick else 5 if powered else 3
+    n = n if seeds is None else seeds
+    if n == 0 and not merge_from:
+        raise click.UsageError("--seeds 0 runs nothing: give --merge-from files to merge, or seeds to run")
+    plan: dict[str, tuple[LoopSettings, range]] = {}
+    if "synthetic" in kinds:
+        plan[SYNTHETIC_ROW] = (settings, range(seed_start, seed_start + n))
+    if "lm" in kinds and not quick:
+        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds)
+        plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    run(plan, chosen, generator_steps, data_dir.absolute(), name,
+        LMSettings(pretrain_steps=lm_pretrain_steps, device=device), keep_workdirs, merge_from)
+
+
+def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str) -> None:
+    """One-line usage errors: missing reasoning-gym, lab arms on the LM row, unknown rows, no GPU."""
+    import os
+
+    if "reasoning_gym" in arms:
         from testkit.lab_arms import require_reasoning_gym
 
         try:
             require_reasoning_gym()
         except RuntimeError as exc:
             raise click.UsageError(str(exc)) from None
-    lab = [a for a in chosen if a in LAB_ARMS]
+    lab = [a for a in arms if a in LAB_ARMS]
     if lab and "lm" in kinds and not quick:
         raise click.UsageError(f"arm(s) {', '.join(lab)} run on the synthetic row only: pass --rows synthetic")
     if kinds - {"synthetic", "lm"}:
         raise click.UsageError(f"unknown row(s) {', '.join(sorted(kinds - {'synthetic', 'lm'}))}: synthetic, lm")
-    n = seeds or (1 if quick else 3)
-    plan: dict[str, tuple[LoopSettings, int]] = {}
-    if "synthetic" in kinds:
-        plan[SYNTHETIC_ROW] = (settings, n)
-    if "lm" in kinds and not quick:
-        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds)
-        plan[LM_ROW] = (lm_settings, lm_seeds or n)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    run(plan, chosen, generator_steps, data_dir.absolute(), name,
-        LMSettings(pretrain_steps=lm_pretrain_steps), keep_workdirs)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.UsageError("--device cuda: no GPU is visible here (torch.cuda.is_available() is False); "
+                                   "run with --device cpu")
+    else:  # the daemon subprocesses pick a visible GPU by themselves: hide it
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 if __name__ == "__main__":

@@ -178,6 +178,10 @@ class SolverConfig(_Section):
     name: str | None = Field(default=None, min_length=1, max_length=256, pattern=r"^[^@\s/][^@\s]*$",
                              description="the solver's name, as trainers ack and announce it (their outcomes "
                              "mix with spot-checks only under the same name); default: the backend's id")
+    follow: Literal["config", "first_trainer"] | None = Field(
+        default=None, description="which solver the frontier targets: 'config' (solver.name, spot-checked) or "
+        "'first_trainer' (the first solver a trainer announces or acks, known only through its acks: no "
+        "spot-checks). Default: first_trainer when the backend is synthetic and solver.name is unset, else config")
     version: str = Field(default="", max_length=128, pattern=r"^[^@\s]*$",
                          description="the version the spot-check endpoint serves at start ('' = unversioned); "
                          "`propel solver announce` moves it on without a restart")
@@ -195,6 +199,13 @@ class SolverConfig(_Section):
         "solves half the time (default 2.5; see curriculum/domains/swe/synthetic.py)")
     agent: AgentLimitsConfig = Field(default_factory=AgentLimitsConfig, description="swe-agent solver only: "
                                      "step, time and loop limits of each trial's agent episode")
+
+    @property
+    def follow_mode(self) -> Literal["config", "first_trainer"]:
+        """``follow`` with its default resolved (see its description)."""
+        if self.follow is not None:
+            return self.follow
+        return "first_trainer" if self.backend == "synthetic" and self.name is None else "config"
 
     @model_validator(mode="after")
     def _need_url(self) -> SolverConfig:
@@ -290,6 +301,9 @@ class FrontierConfig(_Section):
     refresh_holdout_share: float = Field(default=0.25, gt=0, lt=1, description="newest labels held out to "
                                          "compare challenger and champion")
     refresh_min_labels: int = Field(default=32, ge=8, description="usable labels needed before a refresh")
+    refresh_every_trainer_labels: int = Field(default=128, ge=0, description="following a trainer "
+                                              "(solver.follow): refresh the primary probe after this many of its "
+                                              "new labels (0: only on drift)")
 
 
 class RLConfig(_Section):
@@ -353,6 +367,10 @@ class EmissionConfig(_Section):
                                         "utility in the cycle summary, /v1/status and the dashboard) is the in-band "
                                         "share of the spot-check labels of probe-high tasks sampled in the last this "
                                         "many cycles; 'unverified' when there is none")
+    explore_share: float = Field(default=0.15, ge=0, lt=1, description="following a trainer (solver.follow): "
+                                 "this share of the emitted tasks is drawn unfiltered (message \"explore\": true) so "
+                                 "the probes learn from unbiased labels; a share of what the probes select, never a "
+                                 "filler when they select nothing")
     stall_cycles: int = Field(default=10, ge=0, description="this many cycles in a row without an emitted task "
                               "(queue not full) raise the emission_stalled degraded reason and alert, and spend the "
                               "spot-check allowance on the top-scored waiting candidates; 0 disables the check")
@@ -405,6 +423,9 @@ class DaemonConfig(_Section):
     """The driver: cycle cadence, leadership, lifecycle."""
 
     sample_size: int = Field(default=128, ge=1, description="fresh tasks sampled per cycle")
+    sample_size_max: int | None = Field(default=None, ge=1, description="while trainers drain the queue, a cycle "
+                                        "samples up to this many (cap − tasks ready, never below sample_size); "
+                                        "default 4 × sample_size; set it to sample_size to turn demand off")
     tick_interval_s: float = Field(default=0.5, gt=0, description="APScheduler interval of the driver job")
     retrain_min_false_positives: int = Field(default=8, ge=0, description="0 disables FP-triggered retrains")
     emit_lookback_cycles: int = Field(default=3, ge=1, description="cycles whose tasks may still be emitted")
@@ -417,6 +438,10 @@ class DaemonConfig(_Section):
     standby: Literal["wait", "refuse"] = Field(default="wait", description="when another daemon leads")
     shutdown_deadline_s: float = Field(default=60.0, gt=0)
     serve_api: bool = Field(default=True, description="start the HTTP API inside `propel run`")
+    torch_threads: int = Field(default=1, ge=0, description="CPU only: torch intra-op threads of the model work "
+                               "(RL, sampling, probe features); 0 = torch's default, one per core. One by default: "
+                               "the models are tiny, and on a shared 2-core machine a second thread made the first "
+                               "probe many times slower (README, 'The first run')")
 
     @model_validator(mode="after")
     def _beats(self) -> DaemonConfig:

@@ -9,6 +9,11 @@ A task's life in a stream::
                                                                       \\-> refused (a Refusal naming the task)
     close: pending acks are sent; held tasks are nacked (never handed: ``tried=False``)
 
+Across processes (verl: the dataset leases in the driver, a Ray reward worker grades): the row
+carries the lease; the worker's ledger :meth:`Ledger.adopt` s it (held, handed: renewed, reported
+once, nacked on close if never reported) and the leasing ledger :meth:`Ledger.release` s it (no
+nack: the lease is the adopter's now, or lapses and the task is delivered again).
+
 Rules (issue #37):
 
 * A reported task stays **renewed until its ack is stored**: the outcome waits for its batch, the
@@ -58,6 +63,16 @@ STORED = frozenset({"acked", "late", "already_acked"})
 KEPT_ON_REFUSAL = frozenset({"invalid", "server_error"})
 #: renew answers saying the lease is gone, in a row, before the stream stops renewing the task
 LOST_AFTER = 2
+
+
+class _Current:
+    """The ledger's current version (``Ledger.report``'s default)."""
+
+    def __repr__(self) -> str:
+        return "CURRENT"
+
+
+CURRENT = _Current()
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,28 @@ class Ledger:
                     return h.task
         return None
 
+    def adopt(self, task: LeasedTask) -> bool:
+        """Hold a task another process leased (its lease token travels with it, e.g. in a verl row that
+        a Ray reward worker grades): from now on this ledger renews it, reports it once, and ``close``
+        nacks it if it is never reported. ``False`` when this ledger already holds or reported it."""
+        with self._lock:
+            if task.id in self.held or task.id in self.pending:
+                return False
+            self.held[task.id] = Held(task, handed=True)
+        return True
+
+    def release(self, task_id: int) -> LeasedTask | None:
+        """Stop holding a task without nacking it: its lease now belongs to whoever :meth:`adopt` ed it
+        (or lapses, and the task is delivered again). ``None`` when the task is not held."""
+        with self._lock:
+            h = self.held.pop(task_id, None)
+        return None if h is None else h.task
+
+    def handed_out(self) -> list[int]:
+        """Held tasks already handed to the trainer (not reported), in lease order."""
+        with self._lock:
+            return [tid for tid, h in self.held.items() if h.handed]
+
     def message(self, task_id: int) -> dict[str, Any]:
         """The task's message while it is leased, reported, and for the last ``keep_messages`` stored or
         refused reports (a second reward function may grade after the first reported)."""
@@ -160,15 +197,18 @@ class Ledger:
                        f"{self.keep_messages} reports ago): nothing to look up")
 
     # ---- reporting -----------------------------------------------------------------------------
-    def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
-        """Queue the outcome of a held task (as ``solver`` at the current version). ``False`` when this
-        stream does not hold the task (already reported, never leased, or nacked)."""
+    def report(self, task_id: int, solved: int, n: int, errors: int = 0,
+               version: str | int | _Current | None = CURRENT) -> bool:
+        """Queue the outcome of a held task (as ``solver`` at the current version, or at ``version`` when
+        given: the version that made the attempts, carried by the row). ``False`` when this stream does
+        not hold the task (already reported, never leased, or nacked)."""
         with self._lock:
             h = self.held.pop(task_id, None)
             if h is None:
                 return False
+            made_by = self.version if isinstance(version, _Current) else version
             self.pending[task_id] = (Ack(h.task, solved=solved, n=n, solver=self.solver, errors=errors,
-                                         version=self.version), h)
+                                         version=made_by), h)
             self._messages[task_id] = h.task.message
             while len(self._messages) > self.keep_messages:
                 self._messages.popitem(last=False)

@@ -40,7 +40,8 @@ Semantics (the rules are :class:`propel_sdk.ledger.Ledger`'s, shared with the as
     * Iterate in the process that reports: a data loader with worker processes would lease in the
       workers, where reports never arrive (``num_workers=0``; TRL enforces it for iterable sets).
 
-This is the only ``propel_sdk`` module that imports torch.
+``propel_sdk`` modules that import torch: this one and :mod:`propel_sdk.verl` (which also imports
+verl); ``import propel_sdk`` and the client, ledger and grading modules stay torch-free.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import httpx
 import torch.utils.data
 
 from propel_sdk.client import LeasedTask, PropelClient, PropelClientError
-from propel_sdk.ledger import CloseSummary, Ledger, Refusal
+from propel_sdk.ledger import CURRENT, CloseSummary, Ledger, Refusal, _Current
 from propel_sdk.protocol import Flow, T, describe, transient
 
 log = logging.getLogger("propel_sdk.torch_data")
@@ -161,12 +162,14 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         string with no step number that was never announced is refused, each outcome as a Refusal)."""
         self.ledger.version = version
 
-    def report(self, task_id: int, solved: int, n: int, errors: int = 0) -> bool:
-        """Record ``solved`` of ``n`` attempts (``errors`` lost to infrastructure) for a leased task; acked
-        in the next batch. ``False`` when the stream does not hold the task (already reported, or never
-        leased by it). A refused outcome shows up in :attr:`refused`, naming the task. The outcome is
-        recorded before a due flush runs: a 401 that flush raises loses nothing (set the new token)."""
-        if not self.ledger.report(task_id, solved, n, errors):
+    def report(self, task_id: int, solved: int, n: int, errors: int = 0,
+               version: str | int | _Current | None = CURRENT) -> bool:
+        """Record ``solved`` of ``n`` attempts (``errors`` lost to infrastructure) for a leased task, made by
+        the stream's current version (or ``version``); acked in the next batch. ``False`` when the
+        stream does not hold the task (already reported, or never leased by it). A refused outcome
+        shows up in :attr:`refused`, naming the task. The outcome is recorded before a due flush runs:
+        a 401 that flush raises loses nothing (set the new token)."""
+        if not self.ledger.report(task_id, solved, n, errors, version):
             return False
         if self.ledger.due:
             self.flush()
@@ -176,6 +179,18 @@ class TaskStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         """Send the pending acks now; ``False`` (and they stay pending) when the daemon is unreachable.
         A 401/403 raises :class:`PropelClientError`; the outcomes stay pending."""
         return self._run(self.ledger.flush())
+
+    def adopt(self, task: LeasedTask) -> bool:
+        """Hold a task another process leased (its lease travels with the row): renewed from now on,
+        reported once, nacked by :meth:`close` if never reported. ``False`` if already held or reported."""
+        if not self.ledger.adopt(task):
+            return False
+        self._start_renewer()
+        return True
+
+    def release(self, task_id: int) -> LeasedTask | None:
+        """Stop holding a handed-out task without nacking it (whoever adopted it reports it)."""
+        return self.ledger.release(task_id)
 
     def take_refused(self) -> list[Refusal]:
         """The refused outcomes since the last call (each names its task)."""

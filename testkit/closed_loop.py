@@ -86,6 +86,8 @@ class LoopSettings:
     max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
     daemon_extra: str = ""  # extra daemon config TOML (appended)
     filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
+    sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
+    step_s: float = 0.0  # the trainer's pace: a step computes at least this long (0: as fast as the learner)
 
 
 @dataclass
@@ -104,6 +106,10 @@ class RoundRecord:
     rollouts: int = 0  # trainer rollouts on the groups it trained on, cumulative
     filter_rollouts: int = 0  # filter arm: rollouts of groups it dropped, cumulative
     level: int | None = None  # reasoning_gym arm: its curriculum's level at the end of the round
+    train_s: float = 0.0  # trainer wall-clock, cumulative, held-out measurement excluded (waiting included)
+    wait_s: float = 0.0  # of which the trainer waited on the server: an empty queue, the daemon's cycles
+    queue_wait_s: float = 0.0  # of which on an empty queue (the rest: the daemon arms' cycles_per_round)
+    server_cpu_s: float = 0.0  # CPU seconds of the arm's server process tree (the daemon for daemon arms)
 
 
 @dataclass
@@ -236,6 +242,24 @@ class ArmServer:
     log: Path
     run: str
     config: Path | None = None
+    waited_s: float = 0.0  # trainer seconds spent waiting on this server (lease_batch, wait_cycles)
+    queue_waited_s: float = 0.0  # of which on an empty queue (lease_batch)
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) of the server process and its children, live and reaped."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        return total
 
     def trials(self) -> int:
         """Solver trials the daemon has spent (every solver name it recorded)."""
@@ -294,8 +318,9 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), f"cl-{arm}"
     extra = daemon_extra(arm, settings, solver_toml)
+    keys = f"sample_size_max = {settings.sample_size_max}" if settings.sample_size_max else ""
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
-                       seed=seed, spot_budget=settings.spot_budget)
+                       seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys)
     log = workdir / "propel.log"
     if arm in DAEMON_ARMS:
         proc = propel(cfg, "run", log=log, wait=False)
@@ -331,7 +356,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def lease_batch(client: PropelClient, server: ArmServer, n: int, timeout_s: float) -> list[LeasedTask]:
     """Lease exactly ``n`` tasks, waiting for the daemon to emit them (the trainer blocks like a real one)."""
     got: list[LeasedTask] = []
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    waited = False
     while len(got) < n:
         with contextlib.suppress(httpx.TransportError):  # the API is not up yet (connection refused)
             got += client.lease(n - len(got), lease_s=3_600, consumer="closed-loop-trainer")
@@ -340,19 +367,38 @@ def lease_batch(client: PropelClient, server: ArmServer, n: int, timeout_s: floa
                 raise TimeoutError(f"{len(got)}/{n} tasks after {timeout_s:.0f} s; log {server.log}")
             if server.proc.poll() is not None:
                 raise RuntimeError(f"server exited ({server.proc.returncode}): {server.log.read_text()[-3000:]}")
-            time.sleep(0.5)
+            waited = True
+            time.sleep(0.2)
+    if waited:  # the batch was not ready at the first ask: the whole call was spent waiting on the queue
+        server.waited_s += time.monotonic() - started
+        server.queue_waited_s += time.monotonic() - started
     return got
 
 
-def wait_cycles(server: ArmServer, cycles: int, timeout_s: float) -> None:
-    """Block until the daemon has finished ``cycles`` cycles."""
+def wait_up(client: PropelClient, server: ArmServer, timeout_s: float) -> None:
+    """Block until the server answers (``propel serve`` takes seconds to start)."""
     deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.status()
+            return
+        except httpx.TransportError:
+            if server.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server not up after {timeout_s:.0f} s; log {server.log}") from None
+            time.sleep(0.5)
+
+
+def wait_cycles(server: ArmServer, cycles: int, timeout_s: float) -> None:
+    """Block until the daemon has finished ``cycles`` cycles (the trainer's time counts as waiting)."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     while server.cycle() < cycles:
         if server.proc.poll() is not None:
             raise RuntimeError(f"daemon exited ({server.proc.returncode}): {server.log.read_text()[-3000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"daemon at cycle {server.cycle()} < {cycles} after {timeout_s:.0f} s; log {server.log}")
-        time.sleep(0.5)
+        time.sleep(0.2)
+    server.waited_s += time.monotonic() - started
 
 
 @dataclass
@@ -383,17 +429,20 @@ def plain_step(learner: Learner, server: ArmServer, settings: LoopSettings) -> S
 def run_arm(arm: str, learner: Learner, server: ArmServer, settings: LoopSettings, seed: int,
             log: Any = print, step: Stepper | None = None) -> ArmResult:
     """R rounds of S trainer steps on the arm's served tasks; announce a checkpoint after each round.
-    ``step``: how one trainer step gets its tasks (default :func:`plain_step`)."""
+    ``step``: how one trainer step gets its tasks (default :func:`plain_step`). The trainer's clock
+    (``train_s``) excludes the held-out measurement and includes every wait on the server."""
     step = step or plain_step(learner, server, settings)
     result = ArmResult(arm, seed, heldout_accuracy(learner.solver_at(""), settings, seed))
-    started, rollouts, dropped, level = time.monotonic(), 0, 0, None
+    started, train_s, rollouts, dropped, level = time.monotonic(), 0.0, 0, 0, None
     with PropelClient(server.url, timeout_s=60) as client:
+        wait_up(client, server, settings.lease_timeout_s)  # the trainer's clock starts once the API answers
         for r in range(settings.rounds):
+            began = time.monotonic()
             if arm in DAEMON_ARMS:  # the trainer is slower than the daemon: it cycles while the trainer trains
                 wait_cycles(server, (r + 1) * settings.cycles_per_round, settings.lease_timeout_s)
             version, served, groups, useful = learner.version, [], 0, 0
             for _ in range(settings.steps_per_round):
-                out = step(client, version)
+                out = paced(step, client, version, server, settings.step_s)
                 served += [t.payload for t in out.tasks]
                 groups += len(out.solved)
                 useful += sum(0 < n < settings.group for n in out.solved)
@@ -402,15 +451,31 @@ def run_arm(arm: str, learner: Learner, server: ArmServer, settings: LoopSetting
             steps = (r + 1) * settings.steps_per_round
             learner.checkpoint(f"step-{steps}")
             client.announce(SOLVER_NAME, learner.version)
+            train_s += time.monotonic() - began
             rec = RoundRecord(r, version, steps, served, groups, useful, server.trials(), server.cycle(),
                               time.monotonic() - started,
                               heldout_accuracy(learner.solver_at(learner.version), settings, seed),
-                              rollouts=rollouts, filter_rollouts=dropped, level=level)
+                              rollouts=rollouts, filter_rollouts=dropped, level=level, train_s=round(train_s, 3),
+                              wait_s=round(server.waited_s, 3), queue_wait_s=round(server.queue_waited_s, 3),
+                              server_cpu_s=round(server.cpu_s(), 3))
             result.rounds.append(rec)
             log(f"[{arm} seed {seed}] round {r}: useful {useful}/{groups}, held-out {rec.heldout_accuracy:.3f}, "
                 f"daemon trials {rec.daemon_trials}, cycle {rec.daemon_cycle}, rollouts {rollouts} "
-                f"(+{dropped} dropped), {rec.wall_s:.0f} s")
+                f"(+{dropped} dropped), trainer {train_s:.0f} s (waited {server.waited_s:.0f} s), "
+                f"server CPU {rec.server_cpu_s:.0f} s")
     return result
+
+
+def paced(step: Stepper, client: PropelClient, version: str, server: ArmServer, step_s: float) -> StepOutcome:
+    """One trainer step that computes at least ``step_s`` seconds (the stated trainer pace: a real
+    trainer's forward/backward; the synthetic learner's own update takes milliseconds). Time spent
+    waiting on the server is not compute: the pace applies to the rest."""
+    began, waited = time.monotonic(), server.waited_s
+    out = step(client, version)
+    compute = time.monotonic() - began - (server.waited_s - waited)
+    if step_s > compute:
+        time.sleep(step_s - compute)
+    return out
 
 
 # ---- measurement (outside every arm's budget) ---------------------------------------------------------

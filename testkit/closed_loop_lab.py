@@ -18,10 +18,7 @@ The synthetic learner only (:class:`testkit.closed_loop.SyntheticLearner`): the 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-
-import httpx
 
 from curriculum.domains.base import Task
 from propel_sdk.client import Ack, LeasedTask, PropelClient
@@ -34,7 +31,6 @@ from testkit.closed_loop import (
     SyntheticLearner,
     corpus_tasks,
     lease_batch,
-    propel,
     task_of,
     task_records,
 )
@@ -53,11 +49,16 @@ def first_tasks(arm: str, settings: LoopSettings, seed: int, source: ReasoningGy
 
 
 def import_tasks(server: ArmServer, tasks: Sequence[Task], source: str, tag: str) -> None:
-    """``propel tasks import`` into the running server's store and run (as a user adds tasks)."""
+    """``propel tasks import`` into the running server's store and run (as a user adds tasks), in this
+    process: the CLI's own command, without a Python start per step (a lab's generator is in-process;
+    a subprocess per step charged the arm ~4-15 s of interpreter start-up a step on this machine)."""
+    from daemon.cli.main import cli
+
     assert server.config is not None
     path = server.config.parent / f"tasks-{tag}.jsonl"
     path.write_text(task_records(tasks, source, server.run))
-    propel(server.config, "tasks", "import", str(path), log=server.log)
+    cli.main(["--config", str(server.config), "--log-level", "warning", "tasks", "import", str(path)],
+             prog_name="propel", standalone_mode=False)
 
 
 def rg_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings,
@@ -82,8 +83,6 @@ def rg_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings
 def filter_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings) -> Stepper:
     """Lease candidates from the static pool, roll out, keep 0 < accuracy < 1, refill; train on the kept."""
     def step(client: PropelClient, version: str) -> StepOutcome:
-        wait_up(client, server, settings.lease_timeout_s)
-
         def draw(n: int) -> list[LeasedTask]:  # an empty answer: the pool is spent
             return client.lease(n, lease_s=3_600, consumer=CONSUMER)
 
@@ -100,19 +99,6 @@ def filter_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSett
         return StepOutcome([task_of(t.message["grading"]) for t, _ in out.kept], [n for _, n in out.kept],
                            filter_rollouts=out.stats.dropped_rollouts)
     return step
-
-
-def wait_up(client: PropelClient, server: ArmServer, timeout_s: float) -> None:
-    """Block until the server answers (``propel serve`` takes seconds to start)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            client.status()
-            return
-        except httpx.TransportError:
-            if server.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server not up after {timeout_s:.0f} s; log {server.log}") from None
-            time.sleep(0.5)
 
 
 def _ack(client: PropelClient, version: str, settings: LoopSettings, outcomes: list[tuple[LeasedTask, int]]) -> None:

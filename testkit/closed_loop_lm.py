@@ -31,6 +31,7 @@ class LMSettings:
     prompts_per_step: int = 4
     held_out: int = 200
     learning_rate: float = 1e-4
+    device: str = "cpu"  # the trainer's device: cpu or cuda (``--device``)
 
 
 class LMLearner:
@@ -79,7 +80,8 @@ def run_lm_arm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, gene
                         announce_every=settings.steps_per_round, checkpoint_dir=ckpt,
                         pretrain_steps=lm.pretrain_steps, pretrain_cache=cache, seed=seed, held_out=lm.held_out,
                         prompts_per_step=lm.prompts_per_step, learning_rate=lm.learning_rate,
-                        log_every=settings.steps_per_round, metrics_out=workdir / "trainer.jsonl")
+                        log_every=settings.steps_per_round, metrics_out=workdir / "trainer.jsonl",
+                        extra_grpo={"use_cpu": lm.device == "cpu"})
     with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml()) as server:
         cfg.api = server.url
         summary = train(cfg, say=lambda line: say(f"[lm {arm} seed {seed}] {line}"))

@@ -7,9 +7,10 @@ from pathlib import Path
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
                  port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "",
-                 spot_extra: str = "") -> Path:
+                 spot_extra: str = "", daemon_keys: str = "") -> Path:
     """A small, fast daemon config (the embedded defaults shrunk for CPU tests); ``extra`` is appended
-    (new tables), ``rl_extra`` goes into the ``[rl]`` table and ``spot_extra`` into ``[spotcheck]``."""
+    (new tables), ``rl_extra`` goes into the ``[rl]`` table, ``spot_extra`` into ``[spotcheck]`` and
+    ``daemon_keys`` into ``[daemon]``."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
 seed = {seed}
@@ -24,6 +25,7 @@ heartbeat_s = 1.0
 lease_ttl_s = 4.0
 retrain_min_false_positives = 4
 shutdown_deadline_s = 60
+{daemon_keys}
 [alerts]
 sample_size = 24
 [probes]

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, Weighted, weigh
 from curriculum.labelling.spotcheck import LabelValue
 from curriculum.store import repo, solver_versions
-from curriculum.store.models import Label, TaskRow
+from curriculum.store.models import Label, QueueItem, TaskRow
 from probes.band import Band
 
 
@@ -52,13 +52,16 @@ class TrainerOutcome:
 def record_trainer_outcomes(sess: Session, outcomes: Sequence[TrainerOutcome], band: Band, *,
                             run_id: int) -> list[LabelValue]:
     """Store trainer outcomes acked to run ``run_id`` as its ``consumer`` labels of ``name@version`` in one
-    multi-row write (the versions must be registered already: see :func:`curriculum.store.solver_versions.register`)."""
+    multi-row write (the versions must be registered already: see :func:`curriculum.store.solver_versions.register`).
+    A task the run served unfiltered (``queue.explore``) gives a label marked ``explore``."""
     labs = [trainer_label(o.solved, o.n, o.errors, band) for o in outcomes]
+    explored = set(sess.scalars(select(QueueItem.task_id).where(
+        QueueItem.run_id == run_id, QueueItem.task_id.in_([o.task_id for o in outcomes]), QueueItem.explore.is_(True))))
     repo.upsert_labels(sess, [
         repo.NewLabel(o.task_id, run_id, solver_versions.qualified_id(o.name, o.version), "consumer", k=o.n,
                       solved=o.solved,
                       valid_trials=lab.valid_trials, band=(band.lo, band.hi), in_band=lab.in_band, errors=o.errors,
-                      sampling=o.sampling)
+                      sampling=o.sampling, explore=True if o.task_id in explored else None)
         for o, lab in zip(outcomes, labs, strict=True)])
     return labs
 

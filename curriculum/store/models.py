@@ -241,6 +241,7 @@ class Label(Base):
     band_lo: Mapped[int] = mapped_column(Integer)
     band_hi: Mapped[int] = mapped_column(Integer)
     in_band: Mapped[bool | None] = mapped_column(Boolean)
+    explore: Mapped[bool | None] = mapped_column(Boolean)  # a trainer's label of a task served unfiltered (#36)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -390,6 +391,7 @@ class QueueItem(Base):
     domain: Mapped[str | None] = mapped_column(String(32))
     predicted_in_band: Mapped[float | None] = mapped_column(Float)
     solver: Mapped[str | None] = mapped_column(String(256))
+    explore: Mapped[bool | None] = mapped_column(Boolean)  # served unfiltered: message "explore": true (#36)
     lease_until: Mapped[datetime | None] = mapped_column()
     lease_token: Mapped[str | None] = mapped_column(String(64))
     consumer: Mapped[str | None] = mapped_column(String(128))

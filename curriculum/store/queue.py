@@ -144,7 +144,7 @@ def selectable(message: dict[str, Any]) -> dict[str, Any]:
     check = message.get("spot_check")
     solver = message.get("solver") or (check.get("solver") if isinstance(check, dict) else None)
     return {"domain": message.get("domain"), "predicted_in_band": float(p) if isinstance(p, int | float) else None,
-            "solver": solver}
+            "solver": solver, "explore": True if message.get("explore") else None}
 
 
 def _visible(now: Any) -> ColumnElement[bool]:
@@ -376,3 +376,21 @@ def ready_count(sess: Session, run_id: int) -> int:
     """Tasks of the run waiting to be leased (the backpressure measure)."""
     return int(sess.execute(select(func.count()).select_from(_QUEUE)
                             .where(_Q.run_id == run_id, _Q.state == "ready")).scalar_one())
+
+
+#: Queue states a task leaves for good; :func:`serve_again` brings such a task back.
+SETTLED = ("acked", "dead", "stale")
+
+
+def serve_again(sess: Session, run_id: int, task_ids: Sequence[int], mark: dict[str, Any]) -> list[int]:
+    """Serve settled tasks of the run again (``ready``, attempts 0, their place in the enqueue order kept,
+    so they go out before newer rows), their message updated with ``mark`` (e.g. ``{"remeasure": true}``:
+    drift of a followed trainer is measured by its own acks of tasks it already acked). The ids served again;
+    a task not queued in the run, or still open, is left alone."""
+    rows = sess.scalars(select(QueueItem).where(QueueItem.run_id == run_id, QueueItem.task_id.in_(list(task_ids)),
+                                                QueueItem.state.in_(SETTLED))).all()
+    for row in rows:
+        row.message = {**dict(row.message), **mark}
+        row.state, row.attempts, row.lease_token, row.lease_until, row.consumer = "ready", 0, None, None, None
+    sess.flush()
+    return sorted(row.task_id for row in rows)

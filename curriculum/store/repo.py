@@ -137,6 +137,7 @@ class NewLabel:
     in_band: bool | None
     errors: int = 0
     sampling: Mapping[str, Any] | None = None
+    explore: bool | None = None  # a trainer's outcome of a task served unfiltered (curriculum.store.queue)
 
 
 _LABEL_KEY = ("task_id", "run_id", "solver_id", "source")
@@ -173,7 +174,8 @@ def upsert_labels(sess: Session, labels: Sequence[NewLabel]) -> None:
 def _label_values(lab: NewLabel, now: datetime) -> dict[str, Any]:
     return {"k": lab.k, "solved": lab.solved, "valid_trials": lab.valid_trials, "band_lo": lab.band[0],
             "band_hi": lab.band[1], "in_band": lab.in_band, "errors": lab.errors,
-            "sampling": dict(lab.sampling) if lab.sampling is not None else None, "updated_at": now}
+            "sampling": dict(lab.sampling) if lab.sampling is not None else None, "explore": lab.explore,
+            "updated_at": now}
 
 
 def register_probe(sess: Session, name: str, role: str, artifact_uri: str, reference_fingerprint: str,

@@ -62,7 +62,7 @@ def db_current(ctx: click.Context) -> None:
 @click.pass_context
 def status_command(ctx: click.Context) -> None:
     """Show what the store holds: schema revision, row counts, queue, daemon state."""
-    from daemon.http.following import following
+    from daemon.http.following import following, resolve_followed
     from daemon.service.settings import followed_names
 
     cfg = _config(ctx)
@@ -76,7 +76,7 @@ def status_command(ctx: click.Context) -> None:
             counts = repo.table_counts(sess)
             depths = repo.queue_depths(sess)
             frontier = _frontier(sess, cfg.run_name)
-            follow = following(sess, followed_names(cfg))
+            follow = following(sess, resolve_followed(sess, followed_names(cfg), cfg.solver.follow_mode))
         info = daemon_status(store, cfg.run_name, frontier=False)
     finally:
         store.dispose()

@@ -7,11 +7,12 @@ failures. ``PROPEL_DEBUG=1`` re-raises for a full traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 
@@ -29,6 +30,18 @@ class PropelGroup(click.Group):
     (the API at its URL, the store at its DSN, the broker at its URL): the line names the address
     and what to do. Any command family gets this for free, so a new command need not catch them.
     """
+
+    #: subcommands whose modules import torch, loaded when named (``propel tasks …`` starts without torch)
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {"probes": ("probes.cli", "probes")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -147,12 +160,10 @@ def _register_commands() -> None:
     from daemon.cli.tasks_io import import_command  # noqa: F401  (adds import/export to the tasks group)
     from daemon.cli.tasks_stats import stats_command  # noqa: F401  (adds stats to the tasks group)
     from daemon.cli.worker import worker
-    from probes.cli import probes
 
     cli.add_command(db_group)
     cli.add_command(status_command)
     cli.add_command(worker)
-    cli.add_command(probes)
     cli.add_command(bootstrap)
     cli.add_command(alerts)
     cli.add_command(run_command)

@@ -49,8 +49,8 @@ def version_lines(summary: dict[str, Any]) -> list[str]:
 def following_lines(info: dict[str, Any]) -> list[str]:
     """The followed solver names, then once per trainer name that is not followed, its notice."""
     out: list[str] = []
-    if info.get("followed"):
-        out += wrap("follows solver " + ", ".join(info["followed"]) + " (solver.name)")
+    if info.get("line"):
+        out += wrap(info["line"])
     for item in info.get("not_followed", []):
         out += wrap(f"note: {item['notice']}")
     return out

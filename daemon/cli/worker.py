@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from daemon.service.settings import check_endpoints, worker_settings
-
 JOB_KINDS = ("spotcheck", "retrain")
 
 
@@ -29,6 +27,7 @@ def worker(ctx: click.Context, concurrency: int | None, loglevel: str, kinds: st
     A worker killed mid-task leaves its message to be redelivered; the re-run only writes what is missing.
     """
     from daemon.cli.common import get_config
+    from daemon.service.settings import check_endpoints, worker_settings
     from workers import runtime
     from workers.app import configure_app, queue_name
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curriculum.frontier import frontier_labels
+from curriculum.frontier.followed import Followed, FollowMode
 from curriculum.store import queue, solver_versions
 from curriculum.store.db import Store, StoreError
 from curriculum.store.models import Run
@@ -35,7 +36,7 @@ from curriculum.store.selection import MixtureKey, Selection, lease_selected, un
 from curriculum.store.transfer import ExportFilter, export_rows
 from daemon.config import mask_secrets
 from daemon.http.fields import Text
-from daemon.http.following import NoticeLog, following
+from daemon.http.following import NoticeLog, following, resolve_followed
 from daemon.http.outcomes import AckBatchRequest, AckRequest, ItemResult, LeaseTokenField, parse_items
 from daemon.http.pressure import NOTHING_LEASED, ApiPressure, MarkPressure
 from daemon.http.run_status import daemon_status, live_problems
@@ -70,8 +71,13 @@ class ApiContext:
     run_id: int | None = None  # resolved from run_name on first use
     known_names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) seen in the run's queue
     pressure: ApiPressure | None = None  # marked by queue requests answered with work (``propel run`` yields to them)
-    followed: tuple[str, ...] = ()  # solver names this daemon follows (empty: unknown, nothing is said)
+    followed: tuple[str, ...] = ()  # the configured solver's name (empty: unknown, nothing is said)
+    follow_mode: FollowMode = "config"  # solver.follow: the configured solver, or the first trainer's
     notices: NoticeLog = field(default_factory=NoticeLog)  # "not followed", logged once per name
+
+    def follows(self, sess: Session) -> Followed | None:
+        """The solver followed now (:mod:`curriculum.frontier.followed`; None: unknown, nothing is said)."""
+        return resolve_followed(sess, self.followed, self.follow_mode)
 
     def resolve_run(self, sess: Session) -> int | None:
         """The id of this API's run (None until the run exists): every queue call is scoped to it."""
@@ -372,7 +378,7 @@ def _store_outcomes(s: Session, ctx: ApiContext, run_id: int, items: list[tuple[
     """One ``consumer`` label of run ``run_id`` per accepted ack, of the solver version that made it (registered
     already), in one multi-row write. The queue accepts one outcome per task, so each label is
     written once. A solver name this daemon does not follow is logged once."""
-    ctx.notices.once(sorted({body.solver_version()[0] for _, body in items}), ctx.followed)
+    ctx.notices.once(sorted({body.solver_version()[0] for _, body in items}), ctx.follows(s))
     frontier_labels.record_trainer_outcomes(s, [_outcome(tid, body) for tid, body in items], ctx.label_band(),
                                             run_id=run_id)
 
@@ -408,7 +414,7 @@ def _status_routes(app: FastAPI) -> None:
         try:
             info = daemon_status(ctx.store, ctx.run_name)
             with ctx.store.session() as s:
-                info["following"] = following(s, ctx.followed)
+                info["following"] = following(s, ctx.follows(s))
             return info
         except (SQLAlchemyError, StoreError) as err:
             reason = mask_secrets(str(err).splitlines()[0][:200]) if str(err) else type(err).__name__

@@ -18,6 +18,7 @@ from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from curriculum.frontier.followed import follows_line
 from curriculum.store import solver_versions
 from curriculum.store.db import Store
 from daemon.http.fields import VersionText, printable
@@ -67,12 +68,13 @@ def solver_routes(app: FastAPI, auth: DependsParam) -> None:
             except solver_versions.VersionError as err:
                 raise HTTPException(422, f"version: {err}") from None
             ages = solver_versions.ages(solver_versions.versions(s, name))
-        followed: tuple[str, ...] = request.app.state.ctx.followed
+            followed = request.app.state.ctx.follows(s)
         request.app.state.ctx.notices.once([name], followed)
         line = notice(name, followed)
         return {"solver": name, "created": got.created, "is_current": got.is_current,
                 **_version(got.version, ages), "current": _version(got.current, ages),
-                "followed": line is None, **({"notice": line} if line else {})}
+                "followed": line is None, **({"notice": line} if line else {}),
+                **({"following": follows_line(followed)} if followed else {})}
 
     @app.get("/v1/solvers/{name:path}/versions", dependencies=[auth], tags=["solvers"])
     def list_versions(name: NamePath, request: Request) -> dict[str, Any]:

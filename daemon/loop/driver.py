@@ -17,13 +17,9 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from curriculum.domains.base import Task, Validity
-from curriculum.labelling.spotcheck import (
-    false_positives,
-    harvest_labels,
-    select_candidates,
-    trials_since,
-)
+from curriculum.domains.base import Validity
+from curriculum.frontier.followed import Followed
+from curriculum.labelling.spotcheck import select_candidates, trials_since
 from curriculum.probing import retrain
 from curriculum.reward.diversity import collapse_metrics
 from curriculum.store import lineage, queue, repo
@@ -37,16 +33,17 @@ from curriculum.store.models import (
     SolverTrial,
     TaskRow,
 )
-from daemon.loop import hacking, health, pacing
+from daemon.loop import follow, hacking, health, pacing
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
-from daemon.loop.phases import Candidate, emission_plan, next_phase, should_retrain
+from daemon.loop.harvest import expire_spotchecks, harvest, merge_harvests
+from daemon.loop.messages import frontier_message
+from daemon.loop.phases import Candidate, demand_sample_size, emission_plan, next_phase, should_retrain
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState, PendingCheck, load_state
 from daemon.loop.supply import TaskSupply, store_supplied
 from daemon.loop.watch import HealthWatch
 from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths, export_totals, observe_phase
-from propel_sdk.schema import FrontierTask, Provenance, SpotCheck
 
 log = logging.getLogger("propel.driver")
 
@@ -72,15 +69,6 @@ class DriverHooks:
         """Called with the degraded state (reason → detail, since, until) after each health check."""
 
 
-def merge_harvests(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
-    """One phase's two harvests (before and after its dispatch): counts add up, ratios come from the
-    harvest that labelled anything (the later one when both did)."""
-    out = {**first, **{k: v for k, v in second.items() if second.get("labelled", 0.0) > 0 or k not in first}}
-    for key in ("labelled", "false_positives"):
-        out[key] = first.get(key, 0.0) + second.get(key, 0.0)
-    return out
-
-
 class Driver(HealthWatch):
     """``metrics`` (optional) receives the Prometheus export; ``clock`` (aware UTC now) times spot-check
     and retrain deadlines, ``timer`` (seconds) the phases — both injectable for tests."""
@@ -98,9 +86,16 @@ class Driver(HealthWatch):
         self.metrics, self.clock, self.timer = metrics, clock, timer
 
     @property
+    def followed(self) -> Followed:
+        """The solver followed now: the spot-checker's, or a trainer's (``solver.follow``, daemon.loop.follow)."""
+        return follow.followed(self.store, self.spot.solver_id, self.s.follow)
+
+    @property
     def frontier(self) -> FrontierTracker:
-        """Versions, drift and refresh of the spot-checker's solver (its ``solver_id`` is the solver's name)."""
-        return FrontierTracker(self.store, self.run_id, self.spot.solver_id, self.s.frontier, self.s.band, self.s.seed)
+        """Versions, drift and refresh of the followed solver (the spot-checker's ``solver_id`` is its name)."""
+        f = self.followed
+        return FrontierTracker(self.store, self.run_id, f.name, follow.frontier_settings(self.s.frontier, f.trainer),
+                               self.s.band, self.s.seed, measured_by="consumer" if f.trainer else "spotcheck")
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> tuple[str, int, DriverState]:
@@ -169,10 +164,15 @@ class Driver(HealthWatch):
         return {**stats, **retrained}
 
     def _phase_sample(self, cycle: int, state: DriverState) -> dict[str, float]:
-        texts = self.engine.sample(self.s.sample_size, seed=self.s.seed * 100_003 + cycle)
+        n = self.s.sample_size
+        if self.s.sample_size_max > n:  # trainers draining the queue: more candidates per RL chunk
+            with self.store.session() as s:
+                n = demand_sample_size(queue.ready_count(s, self.run_id), n, self.s.sample_size_max)
+        texts = self.engine.sample(n, seed=self.s.seed * 100_003 + cycle)
         checks, scored = self._validate_and_score(texts)
         self._store_sample(cycle, checks, scored)
         values, state.dominant_topic = self._sample_metrics(texts, checks, scored)
+        values["sampled"] = float(n)
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
         if self.supply is not None:  # finished agent bugs: same checks and lineage, their own provenance
@@ -219,8 +219,34 @@ class Driver(HealthWatch):
         return values, diversity.dominant_topic
 
     def _phase_spotcheck(self, cycle: int, state: DriverState) -> dict[str, float]:
+        follow.switch(followed := self.followed, state)
+        if followed.trainer:  # known only through acks: no spot-checks (daemon.loop.follow)
+            values, sid = follow.trainer_round(self, cycle, state), self.frontier.serving_id()
+        else:
+            values, sid = self._spotcheck_round(cycle, state)
+        values["solver_trials"] = float(self._count_trials(state))
+        values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
+        sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
+        values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
+        values |= self._probe_trust(cycle, state)
+        values |= self._rollback_check(state, sampled.get("validity"), sampled.get("top_topic_share"))
+        values |= self._end_long_pauses(cycle, state)
+        self._record(cycle, values)
+        # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
+        metrics = self._cycle_metrics(cycle)
+        self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
+        escalated = self._escalate(cycle, state, metrics)  # alerts' mitigations: measured, escalated when they fail
+        if escalated:
+            self._record(cycle, escalated)  # an escalation's rollback: the same metrics as a collapse's
+            values |= escalated
+        self._advance("spotcheck", cycle, state)
+        return values
+
+    def _spotcheck_round(self, cycle: int, state: DriverState) -> tuple[dict[str, float], str]:
+        """Harvest, choose and dispatch the configured solver's spot-checks (with drift re-measurements)."""
         values = self._harvest(state)
-        again, expired = self._expire_spotchecks(state)
+        again, expired = expire_spotchecks(state, self.clock(), self.s.spotcheck_deadline_s,
+                                           self.s.spotcheck_redispatches)
         sid = self.frontier.serving_id()  # name@current version, read per dispatch
         chosen, remeasure, used = self._choose_spotchecks(cycle, state, sid)
         now = self.clock()
@@ -239,23 +265,7 @@ class Driver(HealthWatch):
         values["solver_budget_left"] = float(max(0, self.s.budget_per_hour - used - len(chosen)))
         if state.spot_bucket is not None and self.s.spot_burst is not None:
             values["spotcheck_tokens"] = state.spot_bucket.tokens
-        values["solver_trials"] = float(self._count_trials(state))
-        values["emission_stalled"] = float(health.EMISSION_STALLED in state.degraded)  # the alert rule's metric
-        sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
-        values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
-        values |= self._probe_trust(cycle, state)
-        values |= self._rollback_check(state, sampled.get("validity"), sampled.get("top_topic_share"))
-        values |= self._end_long_pauses(cycle, state)
-        self._record(cycle, values)
-        # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
-        metrics = self._cycle_metrics(cycle)
-        self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
-        escalated = self._escalate(cycle, state, metrics)  # alerts' mitigations: measured, escalated when they fail
-        if escalated:
-            self._record(cycle, escalated)  # an escalation's rollback: the same metrics as a collapse's
-            values |= escalated
-        self._advance("spotcheck", cycle, state)
-        return values
+        return values, sid
 
     def _choose_spotchecks(self, cycle: int, state: DriverState, sid: str) -> tuple[list[int], list[int], int]:
         """This cycle's valid tasks untried on ``sid`` within budget (probe-high first) plus the drift
@@ -310,27 +320,6 @@ class Driver(HealthWatch):
             log.warning("%s", err)
             state.spotcheck_undispatched = task_ids
 
-    def _expire_spotchecks(self, state: DriverState) -> tuple[list[int], dict[str, float]]:
-        """Pending checks past ``spotcheck_deadline_s``: sent again (up to ``spotcheck_redispatches``
-        times; only missing trials are attempted), then abandoned. Both are counted in the totals."""
-        now, again, abandoned = self.clock(), [], 0
-        for task_id, check in sorted(state.spotcheck_pending.items()):
-            if (now - check.dispatched_at).total_seconds() < self.s.spotcheck_deadline_s:
-                continue
-            if check.redispatches < self.s.spotcheck_redispatches:
-                state.spotcheck_pending[task_id] = PendingCheck(dispatched_at=now, redispatches=check.redispatches + 1,
-                                                                solver_id=check.solver_id)
-                again.append(task_id)
-            else:
-                del state.spotcheck_pending[task_id]
-                abandoned += 1
-        if again or abandoned:
-            log.warning("spot-checks past their %.0f s deadline: %d sent again, %d abandoned",
-                        self.s.spotcheck_deadline_s, len(again), abandoned)
-        state.totals.spotchecks_redispatched += len(again)
-        state.totals.spotchecks_abandoned += abandoned
-        return again, {"spotchecks_redispatched": float(len(again)), "spotchecks_abandoned": float(abandoned)}
-
     def _count_trials(self, state: DriverState) -> int:
         """The solver trials stored for the run since the last spot-check phase (moved into the totals)."""
         with self.store.session() as s:
@@ -340,35 +329,7 @@ class Driver(HealthWatch):
         return delta
 
     def _harvest(self, state: DriverState) -> dict[str, float]:
-        """Label tasks whose trials all landed; record false positives; compute precision metrics."""
-        pending = list(state.spotcheck_pending)
-        if not pending:
-            return {}
-        by_sid: dict[str, list[int]] = {}
-        for t in pending:  # each task is harvested under the version it was dispatched against
-            by_sid.setdefault(state.spotcheck_pending[t].solver_id or self.spot.solver_id, []).append(t)
-        # a task is harvested once its stored trials settle its label: all k always do, and a spot-checker with
-        # spotcheck.sequential stops there (so the harvest rule needs no setting that could disagree with it)
-        labels = {t: lab for sid, ids in by_sid.items()
-                  for t, lab in harvest_labels(self.store, ids, sid, self.s.band, run_id=self.run_id,
-                                                          sequential=True).items()}
-        with self.store.session() as s:
-            scores = lineage.latest_scores(s, list(labels))
-            labelled = [(t, True, scores[t][1] if t in scores else 0.0, lab) for t, lab in labels.items()]
-            fps = false_positives(labelled, self.s.frontier_threshold, self.s.band)
-            lineage.add_false_positives(s, [(t, scores[t][0], side, solved, k, p)  # a false positive was scored
-                                            for t, side, solved, k, p in fps])
-        for task_id in labels:
-            state.spotcheck_pending.pop(task_id, None)
-        known = [lab for lab in labels.values() if lab.in_band is not None]
-        high = [t for t, _, p, lab in labelled if p >= self.s.frontier_threshold and lab.in_band is not None]
-        out = {"labelled": float(len(labels)), "false_positives": float(len(fps))}
-        if known:
-            out["spotcheck_utility"] = sum(1 for lab in known if lab.in_band) / len(known)
-        if high:
-            out["probe_precision"] = sum(1 for t in high if labels[t].in_band) / len(high)
-            out["false_positive_rate"] = len(fps) / len(high)
-        return out
+        return harvest(self.store, self.run_id, self.spot.solver_id, self.s.band, self.s.frontier_threshold, state)
 
     def _phase_retrain(self, cycle: int, state: DriverState) -> dict[str, float]:
         """Activate a finished aux probe; start a retrain when enough false positives piled up.
@@ -408,7 +369,7 @@ class Driver(HealthWatch):
             reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
             band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
             arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle,
-            solver=self.spot.solver_id, staleness=asdict(self.s.frontier.staleness))
+            solver=self.frontier.name, staleness=asdict(self.s.frontier.staleness))
 
     def _submit_retrain(self, spec: retrain.RetrainSpec, state: DriverState) -> bool:
         """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
@@ -531,9 +492,14 @@ class Driver(HealthWatch):
                 max_topic_share=self.s.max_topic_share,
                 high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
                 verified_only=verified))
-            prov = self.engine.provenance()
-            picked = [r for r in rows if r.TaskRow.id in plan]
-            items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic, self._message(r, prov)) for r in picked]
+            followed, prov = self.followed, self.engine.provenance()
+            explore = set(follow.explore_picks(cands, sorted(plan), self.s.explore_share,
+                                               frozenset(state.paused_topics), self.s.seed * 7_919 + cycle)
+                          if followed.trainer else [])
+            picked = [r for r in rows if r.TaskRow.id in plan or r.TaskRow.id in explore]
+            items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic,
+                      follow.mark(frontier_message(r, prov, self.s, self.engine.domain, followed.name),
+                                  r.TaskRow.id in explore)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
             self._emission_health(state, cands, emitted, ready, verified)
@@ -541,26 +507,10 @@ class Driver(HealthWatch):
             texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
-                  "emit_idle_cycles": float(state.emit_idle_cycles),
+                  "emit_idle_cycles": float(state.emit_idle_cycles), "emitted_explore": float(len(explore)),
                   "backpressure": float(ready >= self.s.high_water_mark)}
         self._record(cycle, values)
         return values
-
-    def _message(self, r: Any, prov: dict[str, Any]) -> dict[str, Any]:
-        """The frontier message; its ensemble is the one whose score it carries, not the one loaded now."""
-        task = r.TaskRow
-        check = None if r.in_band is None and r.solved is None else SpotCheck(
-            solver=r.solver_id, solved=r.solved, valid_trials=r.valid_trials, k=self.s.band.k, in_band=r.in_band)
-        dom_task = Task(task.domain, task.text, dict(task.payload))
-        msg = FrontierTask(
-            id=task.id, domain=task.domain, solver_prompt=self.engine.domain.solver_prompt(dom_task),
-            grading=dict(task.payload), predicted_in_band=float(r.probability), spot_check=check, topic=task.topic,
-            solver=self.spot.solver_id,
-            band=(self.s.band.lo, self.s.band.hi), k=self.s.band.k, created_at=task.created_at,
-            provenance=Provenance(generator_step=task.generator_step, adapter_hash=task.adapter_hash,
-                                  probe_ensemble_id=r.ensemble_key, reference_model=self.s.reference_model,
-                                  reference_fingerprint=prov.get("reference_fingerprint"), run=self.s.run_name))
-        return msg.model_dump(mode="json")
 
 
 def _aware(t: datetime | None) -> datetime | None:

@@ -46,6 +46,7 @@ class FrontierSettings:
     drift_max_cycles: int = 10  # a measurement closes after this many cycles even if some tasks never got a verdict
     refresh_drift_threshold: float = 0.3
     refresh_every_labels: int = 0
+    refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32
 
@@ -59,10 +60,14 @@ def drift_share(budget: int, share: float, remaining: int) -> int:
 
 
 class FrontierTracker:
+    """``measured_by``: the label source that re-measures drift (``spotcheck``; ``consumer`` for a trainer's
+    solver, whose own acks of the re-served tasks measure it)."""
+
     def __init__(self, store: Store, run_id: int, solver_name: str, settings: FrontierSettings, band: Band,
-                 seed: int = 0) -> None:
+                 seed: int = 0, measured_by: str = "spotcheck") -> None:
         self.store, self.run_id, self.name, self.s, self.band, self.seed = (
             store, run_id, solver_name, settings, band, seed)
+        self.measured_by = measured_by
 
     def current_version(self) -> str:
         with self.store.session() as s:
@@ -120,7 +125,7 @@ class FrontierTracker:
                                                                             task_ids=list(m.sample))
                           if r.solver_version == m.new_version]
                 pairs = drift.measured_pairs(m.sample, labels, self.band)
-                labelled = {r.task_id for r in labels if r.source == "spotcheck"}
+                labelled = {r.task_id for r in labels if r.source == self.measured_by}
                 done = (set(m.sample) <= labelled or cycle - m.cycle >= self.s.drift_max_cycles
                         or m.new_version != cur)
                 m = drift.update_measurement(s, m.id, pairs, done)
@@ -204,7 +209,7 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
         return {}
     with driver.store.session() as s:
         champions = [p for p in repo.active_probes(s, driver.run_id) if p.role == "primary"]
-        written = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
+        written = frontier_labels.labels_written(s, driver.frontier.name, driver.run_id)
         combine = s.scalars(select(ProbeEnsembleRow.combine).where(ProbeEnsembleRow.run_id == driver.run_id)
                             .order_by(ProbeEnsembleRow.id.desc()).limit(1)).first() or "min"
     state.refresh_labels_at = written
@@ -251,7 +256,7 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
     state.refresh_job = None
     if job.state == "skipped":  # too few labels, or a holdout of one class: due again once more arrive
         with driver.store.session() as s:
-            state.refresh_retry_labels_at = frontier_labels.labels_written(s, driver.spot.solver_id, driver.run_id)
+            state.refresh_retry_labels_at = frontier_labels.labels_written(s, driver.frontier.name, driver.run_id)
         state.refresh_retry = f"{job.name} was skipped: {job.reason}"
         log.info("primary refresh %s skipped (%s); tried again after %d new labels", job.name, job.reason,
                  driver.frontier.retry_after_labels)

@@ -37,6 +37,16 @@ class Candidate:
     in_band: bool | None = None
 
 
+def demand_sample_size(ready: int, base: int, cap: int) -> int:
+    """Tasks to sample this cycle: ``base`` while the queue holds enough, up to ``cap`` while it runs dry.
+
+    The cycle's fixed cost is its RL chunk (building the GRPO trainer, the steps, the checkpoint);
+    sampling costs per task. When trainers drain the queue faster than a cycle of ``base`` refills it,
+    sampling more per cycle spreads the fixed cost over more candidates: ``cap − ready`` (an empty queue
+    gets ``cap``), never below ``base``. ``cap ≤ base`` turns the rule off."""
+    return max(base, min(cap, cap - max(0, ready)))
+
+
 def emission_plan(candidates: Sequence[Candidate], *, min_probability: float, max_topic_share: float,
                   high_water_mark: int, ready_now: int, paused_topics: frozenset[str] = frozenset(),
                   verified_only: bool = False) -> list[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from curriculum.frontier.followed import FollowMode
 from curriculum.labelling.spotcheck import Band
 from daemon.loop import hacking, rollback
 from daemon.loop.frontier import FrontierSettings
@@ -19,6 +20,7 @@ class DriverSettings:
     seed: int = 0
     steps_per_chunk: int = 10
     sample_size: int = 64
+    sample_size_max: int = 0  # demand: up to this many while the queue runs dry (phases.demand_sample_size; 0: off)
     band: Band = field(default_factory=Band)
     budget_per_cycle: int = 32
     budget_per_hour: int = 512
@@ -45,3 +47,5 @@ class DriverSettings:
     rollback: rollback.RollbackRule = field(default_factory=rollback.RollbackRule)  # validity collapse (off: 0)
     escalate_after_cycles: int = 20  # a mitigation whose metric is not back after this many cycles escalates
     max_paused_cycles: int = 30  # an emission pause ends after this many cycles (0: never)
+    follow: FollowMode = "config"  # solver.follow: the configured solver, or the first trainer's (daemon.loop.follow)
+    explore_share: float = 0.15  # following a trainer: share of the emitted tasks drawn unfiltered

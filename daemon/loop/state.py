@@ -118,6 +118,10 @@ class DriverState(BaseModel):
                                        "and escalated (daemon.loop.escalation)")
     emission_paused_by: list[str] = Field(default_factory=list, description="alert rules whose escalation paused "
                                           "emission until their metric is back")
+    followed: str | None = Field(None, description="the solver name the loop followed at its last spot-check "
+                                 "phase (daemon.loop.follow): a change starts its versions afresh")
+    follow_label_cursor: int = Field(0, ge=0, description="the last label id of a followed trainer already mined "
+                                     "for false positives (daemon.loop.follow)")
     spot_bucket: Bucket | None = Field(None, description="the spot-check budget's token bucket (daemon.loop.pacing)")
 
     def stored(self) -> dict[str, Any]:

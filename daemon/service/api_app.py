@@ -22,7 +22,8 @@ def build_api_app(cfg: PropelConfig, store: Store, metrics: PropelMetrics,
                      max_attempts=cfg.emission.max_attempts, band=(sc.band_lo, sc.band_hi), k=sc.k,
                      min_valid_trials=sc.min_valid_trials, heartbeat_stale_s=cfg.daemon.heartbeat_stale_s,
                      max_body_bytes=cfg.api.max_body_bytes,
-                     refresh_metrics=refresh_metrics, pressure=pressure, followed=followed_names(cfg))
+                     refresh_metrics=refresh_metrics, pressure=pressure, followed=followed_names(cfg),
+                     follow_mode=cfg.solver.follow_mode)
     app = create_app(ctx)
     app.state.alert_rules = cfg.alerts.rules
     app.state.budget_per_hour = sc.budget_per_hour

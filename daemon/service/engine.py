@@ -101,6 +101,8 @@ class PropelEngine:
         generator = resolve_model(cfg.generator.model, cfg, say)
         reference = generator if cfg.reference.model is None else resolve_model(cfg.reference.model, cfg, say)
         use_cpu = not torch.cuda.is_available()
+        if use_cpu and cfg.daemon.torch_threads:
+            torch.set_num_threads(cfg.daemon.torch_threads)
         self.rl_cfg = rl_config(cfg, generator, reference, use_cpu)
         restored = restore_checkpoint(store, run_id, self.artifacts, self.run_dir / "generator")
         if restored is not None:

@@ -194,12 +194,17 @@ def build_artifacts(cfg: PropelConfig, store: Store) -> ArtifactStore:
         raise ConfigError("artifacts", [("artifacts.url", str(err))]) from None
 
 
+#: ``daemon.sample_size_max`` by default: a starving queue gets up to 4 × sample_size per cycle
+DEMAND_FACTOR = 4
+
+
 def driver_settings(cfg: PropelConfig) -> DriverSettings:
     """The driver's settings: budgets, band, thresholds, where workers write probe artifacts."""
     sc = cfg.spotcheck
     return DriverSettings(
         run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
         sample_size=cfg.daemon.sample_size, band=band(cfg),
+        sample_size_max=cfg.daemon.sample_size_max or DEMAND_FACTOR * cfg.daemon.sample_size,
         budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
         spot_burst=sc.burst if sc.pace else None,
         frontier_threshold=cfg.probes.frontier_threshold,
@@ -218,7 +223,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
                               healthy_top_topic_share=cfg.health.healthy_top_topic_share),
         escalate_after_cycles=cfg.health.escalate_after_cycles, max_paused_cycles=cfg.health.max_paused_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
-        frontier=frontier_settings(cfg))
+        frontier=frontier_settings(cfg), follow=cfg.solver.follow_mode, explore_share=cfg.emission.explore_share)
 
 
 def suspect_limits(cfg: PropelConfig) -> SuspectLimits:
@@ -243,7 +248,8 @@ def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
     return FrontierSettings(
         staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
         refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
-        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels)
+        refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels,
+        refresh_every_trainer_labels=f.refresh_every_trainer_labels)
 
 
 def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from curriculum.probing.retrain import job_outcome, run_retrain
-from curriculum.store import lineage, repo
+from curriculum.store import lineage, queue, repo
 from curriculum.store.db import Store
 from curriculum.store.models import (
     FalsePositive,
@@ -185,3 +185,17 @@ def test_one_validate_and_score_pass_per_sample_phase(store: Store, tmp_path: Pa
         assert engine.domain.validated == 30, "every sample is validated once (reward and RVP reuse it)"
         assert engine.scorer.scored == valid, "every valid sample is scored once"
         assert report.values["reward_var"] > 0
+
+
+def test_a_starving_queue_gets_the_demand_sample_then_the_base_one(store: Store, tmp_path: Path) -> None:
+    """daemon.sample_size_max: an empty queue → the cap; a queue the last emission filled → less, never
+    below sample_size (cap − ready)."""
+    driver, engine = make_driver(store, tmp_path, sample_size=30, sample_size_max=90)
+    for cycle in range(2):
+        tick_to(driver, "sample", cycle)
+        with store.session() as s:
+            ready = queue.ready_count(s, driver.run_id)
+        engine.domain.validated = 0
+        report = driver.tick()
+        assert engine.domain.validated == report.values["sampled"] == max(30, 90 - ready)
+        assert (ready == 0) is (cycle == 0), "cycle 0 samples into an empty queue; its emission fills it"

@@ -34,6 +34,7 @@ def _status(store: Store, tmp_path: Path) -> str:
 def test_status_in_a_pipe_fits_80_columns_with_full_names(store: Store, tmp_path: Path) -> None:
     ids = seed(store, 3, run="default")
     with store.session() as s:
+        solver_versions.register(s, "first-policy", "step-1", source="announce")  # the default follows it
         for version in ("step-50", "step-100", "step-150"):
             solver_versions.register(s, TRAINER, version, source="announce")
         record_trainer_outcomes(s, [TrainerOutcome(t, TRAINER, "step-50", 2, 8, 0, None) for t in ids],
@@ -51,3 +52,4 @@ def test_status_in_a_pipe_fits_80_columns_with_full_names(store: Store, tmp_path
     assert len(notes) == 1  # once per name, not per version
     note = " ".join(line.strip() for line in lines[notes[0]:])
     assert f"solver '{TRAINER}' is not followed" in note and f'solver.name = "{TRAINER}"' in note
+    assert "following solver 'first-policy' (known only through its trainer's acks and announces)" in flat

@@ -167,10 +167,27 @@ def test_served_mix_by_solver_over_http_and_cli(api: Api) -> None:
     assert any(line.strip().startswith("operators: 1 1 (33%)") for line in lines)
 
 
-def test_the_configured_api_follows_the_config_solver(store: Store) -> None:
-    """``propel run`` / ``propel serve`` build the API from the config: the default embedded run follows
-    its synthetic solver, and a trainer's announce is told so with the setting."""
+def test_the_default_api_follows_the_first_trainer(store: Store) -> None:
+    """``propel run`` / ``propel serve`` build the API from the config: the default embedded run (synthetic,
+    no solver.name) follows the first trainer that announces; a second trainer is told so with the setting."""
     cfg = load_config(None)
+    with serve_app(build_api_app(cfg, store, build_metrics())) as url, PropelClient(url) as client:
+        before = client.status()["following"]
+        got = client.announce("my-trainer", "step-1")
+        other = client.announce("another-trainer", "step-1")
+        status = client.status()["following"]
+    assert before["followed"] == [followed_solver_name(cfg)] and before["trainer"] is False
+    assert got["followed"] is True and "notice" not in got and "'my-trainer'" in got["following"]
+    assert status["followed"] == ["my-trainer"] and status["trainer"] is True and "first_trainer" in status["why"]
+    assert other["followed"] is False and "'my-trainer'" in other["notice"]
+    assert 'solver.follow = "config" and solver.name = "another-trainer"' in other["notice"]
+    assert [n["solver"] for n in status["not_followed"]] == ["another-trainer"]
+
+
+def test_the_api_with_follow_config_follows_the_config_solver(store: Store) -> None:
+    """``solver.follow = "config"`` keeps the configured solver whatever a trainer announces."""
+    base = load_config(None)
+    cfg = base.model_copy(update={"solver": base.solver.model_copy(update={"follow": "config"})})
     with serve_app(build_api_app(cfg, store, build_metrics())) as url, PropelClient(url) as client:
         got = client.announce("my-trainer", "step-1")
         status = client.status()

@@ -39,7 +39,7 @@ VALUES: dict[str, Any] = {
     "solver.backend": "openai", "solver.base_url": "http://vllm:8000/v1", "solver.model": "m", "solver.timeout_s": 9.0,
     "solver.max_concurrency": 3, "solver.max_retries": 1, "solver.temperature": 0.7, "solver.max_tokens": 77,
     "solver.endpoint": "completions", "solver.artificial_latency_s": 0.01, "solver.name": "policy",
-    "solver.version": "rc-final", "solver.version_order": 7,
+    "solver.version": "rc-final", "solver.version_order": 7, "solver.follow": "first_trainer",
     "solver.synthetic_skill_by_version": {"step-2": 3.0}, "solver.synthetic_skill_file": "/tmp/skills.json",
     "solver.synthetic_swe_offset": 1.5, "solver.agent": {"max_steps": 7, "wall_s": 30.0, "tool_timeout_s": 5.0},
     "generator.agent": {"base_url": "http://vllm:8000/v1", "model": "g", "per_cycle": 2, "max_steps": 9,
@@ -57,7 +57,7 @@ VALUES: dict[str, Any] = {
     "rl.topic_share_window": 99,
     "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.high_water_mark": 77,
     "emission.max_attempts": 3, "emission.unverified_grace_s": 60.0, "emission.stall_cycles": 4,
-    "emission.verified_window_cycles": 12,
+    "emission.verified_window_cycles": 12, "emission.explore_share": 0.3,
     "health.suspect_topic_js": 0.6, "health.suspect_top_topic_share": 0.7, "health.suspect_gap": 0.4,
     "health.suspect_min_labels": 5, "health.suspect_hold_cycles": 3, "health.rollback_validity": 0.2,
     "health.rollback_cycles": 4, "health.healthy_validity": 0.8, "health.escalate_after_cycles": 7,
@@ -68,14 +68,16 @@ VALUES: dict[str, Any] = {
     "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
     "api.work_nice": 5, "api.yield_to_api": False, "api.yield_idle_ms": 250, "api.yield_max_s": 3.0,
     "api.yield_floor": 0.4,
-    "daemon.sample_size": 48, "daemon.tick_interval_s": 0.2, "daemon.retrain_min_false_positives": 3,
+    "daemon.sample_size": 48, "daemon.sample_size_max": 200, "daemon.tick_interval_s": 0.2,
+    "daemon.retrain_min_false_positives": 3,
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
     "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
-    "daemon.shutdown_deadline_s": 7.0, "daemon.serve_api": False,
+    "daemon.shutdown_deadline_s": 7.0, "daemon.serve_api": False, "daemon.torch_threads": 2,
     "frontier.staleness": "half_life", "frontier.keep_versions": 4, "frontier.half_life_versions": 2.0,
     "frontier.min_weight": 0.1, "frontier.drift_budget_share": 0.5, "frontier.drift_per_stratum": 4,
     "frontier.refresh_drift_threshold": 0.4, "frontier.refresh_every_labels": 50,
     "frontier.refresh_holdout_share": 0.3, "frontier.refresh_min_labels": 40,
+    "frontier.refresh_every_trainer_labels": 64,
 }
 
 #: Fields that need another backend than VALUES' (checked with their own config by their own test).
@@ -92,7 +94,7 @@ READ_IN_SERVICE = {
     "api.port", "api.work_nice", "api.yield_to_api", "api.yield_idle_ms", "api.yield_max_s", "api.yield_floor",
     "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
-    "store.url",
+    "daemon.torch_threads", "store.url",
 }
 
 
@@ -178,6 +180,8 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "emission.unverified_grace_s": lambda c: ds(c).unverified_grace_s,
         "emission.stall_cycles": lambda c: ds(c).emission_stall_cycles,
         "emission.verified_window_cycles": lambda c: ds(c).verified_window_cycles,
+        "emission.explore_share": lambda c: ds(c).explore_share,
+        "solver.follow": lambda c: ds(c).follow,
         "health.suspect_topic_js": lambda c: ds(c).suspect.max_topic_js,
         "health.suspect_top_topic_share": lambda c: ds(c).suspect.max_top_topic_share,
         "health.suspect_gap": lambda c: ds(c).suspect.max_gap,
@@ -196,6 +200,7 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "alerts.sample_size": lambda c: ds(c).diversity_sample_size,
         "api.token": lambda c: _api_ctx(c).token, "api.max_body_bytes": lambda c: _api_ctx(c).max_body_bytes,
         "daemon.sample_size": lambda c: ds(c).sample_size,
+        "daemon.sample_size_max": lambda c: ds(c).sample_size_max,
         "daemon.retrain_min_false_positives": lambda c: ds(c).retrain_min_false_positives,
         "daemon.emit_lookback_cycles": lambda c: ds(c).emit_lookback_cycles,
         "daemon.heartbeat_stale_s": lambda c: _api_ctx(c).heartbeat_stale_s,
@@ -208,7 +213,7 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         "solver.version_order": lambda c: _spot_version(c)[2],
         **{f"frontier.{k}": _frontier(k) for k in (
             "drift_budget_share", "drift_per_stratum", "refresh_drift_threshold", "refresh_every_labels",
-            "refresh_holdout_share", "refresh_min_labels")},
+            "refresh_holdout_share", "refresh_min_labels", "refresh_every_trainer_labels")},
         "frontier.staleness": lambda c: ds(c).frontier.staleness.mode,
         **{f"frontier.{k}": _staleness(k) for k in ("keep_versions", "half_life_versions", "min_weight")},
     }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from curriculum.frontier.followed import CONFIG_WHY, Followed, follows_line
 from daemon.cli.status_text import wrap
 from daemon.config import load_config
 from daemon.http.following import notice
@@ -10,11 +11,25 @@ from daemon.http.task_stats import bins, quantiles
 from daemon.service.settings import build_configured_solver, followed_names, followed_solver_name
 
 
-def test_notice_names_the_followed_solver_and_the_setting() -> None:
-    line = notice("trl-policy", ("synthetic:x",))
+def test_notice_names_the_followed_solver_why_and_the_setting() -> None:
+    ours = Followed("synthetic:x", CONFIG_WHY)
+    line = notice("trl-policy", ours)
     assert line is not None and "'synthetic:x'" in line and 'solver.name = "trl-policy"' in line
-    assert notice("synthetic:x", ("synthetic:x",)) is None
-    assert notice("anything", ()) is None  # a process that does not know what it follows says nothing
+    assert 'solver.follow = "config"' in line and CONFIG_WHY in line
+    assert notice("synthetic:x", ours) is None
+    assert notice("anything", None) is None  # a process that does not know what it follows says nothing
+    trainer = Followed("my-policy", "first", trainer=True)
+    assert "'my-policy'" in follows_line(trainer) and "acks and announces" in follows_line(trainer)
+
+
+def test_follow_mode_defaults_to_the_first_trainer_only_for_an_unnamed_synthetic_solver() -> None:
+    cfg = load_config(None)
+    assert cfg.solver.follow_mode == "first_trainer"  # `make run` + an outside trainer just works
+    named = cfg.solver.model_copy(update={"name": "my-policy"})
+    assert named.follow_mode == "config"
+    hf = cfg.solver.model_copy(update={"backend": "hf", "model": "m"})
+    assert hf.follow_mode == "config"
+    assert cfg.solver.model_copy(update={"follow": "config"}).follow_mode == "config"
 
 
 def test_followed_name_is_the_spot_checkers_name() -> None:

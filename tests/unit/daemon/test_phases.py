@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.loop.phases import PHASES, Candidate, dominant_topic, emission_plan, next_phase, should_retrain
+from daemon.loop.phases import (
+    PHASES,
+    Candidate,
+    demand_sample_size,
+    dominant_topic,
+    emission_plan,
+    next_phase,
+    should_retrain,
+)
 
 
 @pytest.mark.parametrize(("phase", "nxt", "done"), [
@@ -24,6 +32,16 @@ def test_unknown_phase() -> None:
     (0, 8, False, False), (7, 8, False, False), (8, 8, False, True), (0, 8, True, True), (100, 0, False, False)])
 def test_should_retrain(fps: int, min_fps: int, alert: bool, expected: bool) -> None:
     assert should_retrain(fps, min_fps, alert) is expected
+
+
+@pytest.mark.parametrize(("ready", "base", "cap", "expected"), [
+    (0, 32, 128, 128),  # an empty queue: the whole cap
+    (40, 32, 128, 88),  # a thin queue: the cap less what is ready
+    (96, 32, 128, 32), (5_000, 32, 128, 32),  # enough ready: the base sample
+    (0, 32, 32, 32), (0, 32, 0, 32),  # cap at or below base: demand off
+    (-3, 32, 128, 128)])  # a negative count is read as empty
+def test_demand_sample_size(ready: int, base: int, cap: int, expected: int) -> None:
+    assert demand_sample_size(ready, base, cap) == expected
 
 
 def C(i: int, p: float, topic: str = "a", in_band: bool | None = None) -> Candidate:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,13 @@ def test_cli_bootstrap_prints_model_and_validity(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.long  # the whole recipe: 3 min on 2 free cores, 8 min on a loaded machine (`make test-long`)
-def test_full_bootstrap_reaches_95_percent_validity(tmp_path: Path) -> None:
-    """The real recipe (~3 min on 2 free cores; longer on a loaded machine)."""
-    result = bootstrap("arith", tmp_path, show_progress=False)
+@pytest.mark.long  # the whole recipe per seed: 3 min on 2 free cores, 22 min at load 10 (`make test-long`)
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_full_bootstrap_reaches_95_percent_validity_on_every_seed(tmp_path: Path, seed: int) -> None:
+    """The real recipe (benchmarks/bootstrap_recipe.py) on seed 0, which `propel run` uses, and seed 1,
+    which shorter recipes missed (400, 600 and 1,200 steps: 91.6–94.7 %)."""
+    result = bootstrap("arith", tmp_path, show_progress=False, settings=replace(BootstrapSettings(), seed=seed))
     assert 0.8e6 < result.n_params < 1.2e6
     assert result.validity >= 0.95, f"measured validity {result.validity:.3f}"
 

@@ -1,0 +1,159 @@
+"""Follow the trainer that is connected (issue #36): an outside trainer against the default daemon, follow on/off.
+
+Each arm is ``propel run`` with the embedded defaults shrunk for a CPU (testkit/configs.py) and no solver setting,
+and an outside trainer (testkit/follow_trainer.py: a SYNTHETIC learnable solver of its own skill, 4.0 against the
+daemon's synthetic 6.0) that leases 8 tasks per GRPO step, rolls out 8 completions each, acks every task once under
+its own name and announces ``step-N`` every 50 steps. Arms: ``on`` (the default, ``solver.follow =
+"first_trainer"``) and ``off`` (``solver.follow = "config"``: the daemon keeps following its own solver).
+
+Goals (issue #36): served tasks ≥ 25 % in band for the trainer's solver at GRPO steps 90-99 (exact probability
+from the synthetic solver, no sampling noise), and the trainer's useful-group share ≥ 3× the off arm's.
+
+    python -m benchmarks.follow_trainer [--seeds 3] [--steps 100] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from benchmarks._common import RESULTS, write_result
+from testkit.follow_trainer import Run, Scenario, default_daemon, train, window
+
+GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
+
+
+def run_arm(follow: bool, seed: int, sc: Scenario, generator: Path, work: Path) -> Run:
+    workdir = work / f"{'on' if follow else 'off'}-s{seed}"
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
+    with default_daemon(workdir, generator, seed, follow, sc.min_probability) as server:
+        return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
+
+
+def summary(runs: list[Run], lo: int, hi: int) -> dict[str, Any]:
+    per = [window(r, lo, hi) for r in runs]
+    out: dict[str, Any] = {"seeds": [r.seed for r in runs], "wall_s": [round(r.wall_s, 1) for r in runs]}
+    for key in per[0]:
+        vals = [p[key] for p in per]
+        out[key] = {"mean": round(statistics.mean(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4),
+                    "per_seed": [round(v, 4) for v in vals]}
+    out["curve"] = [[round(window(r, s, s + 9)["in_band"], 4) for s in range(0, len(r.steps), 10)] for r in runs]
+    out["useful_curve"] = [[round(window(r, s, s + 9)["useful_share"], 4) for s in range(0, len(r.steps), 10)]
+                           for r in runs]
+    return out
+
+
+def plot(table: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for arm, color in (("on", "tab:blue"), ("off", "tab:gray")):
+        for ax, key in zip(axes, ("curve", "useful_curve"), strict=True):
+            for i, curve in enumerate(table[arm][key]):
+                ax.plot([10 * j + 9 for j in range(len(curve))], curve, color=color, alpha=0.7,
+                        label=f"follow {arm}" if i == 0 else None)
+    axes[0].axhline(GOAL_IN_BAND, ls="--", color="tab:red", label="goal 0.25")
+    axes[0].set(title="served in band for the trainer's solver", xlabel="GRPO step", ylabel="share (exact)")
+    axes[1].set(title="useful GRPO groups (0 < solves < 8)", xlabel="GRPO step", ylabel="share of groups")
+    for ax in axes:
+        ax.legend()
+    fig.suptitle("outside trainer vs default daemon, follow on/off (SYNTHETIC solvers)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+@click.command()
+@click.option("--seeds", type=int, default=3, show_default=True, help="seeds per arm")
+@click.option("--steps", type=int, default=100, show_default=True, help="GRPO steps of the outside trainer")
+@click.option("--quick", is_flag=True, help="1 seed, 20 steps (a smoke run, not a measurement)")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
+              help="where the tiny generator is cached and the arms run")
+@click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
+@click.option("--regoal", is_flag=True, help="recompute the goals and the PNG of the stored results JSON (no run)")
+@click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
+              help="how fast the trainer learns; another value writes follow_trainer_learn<value>.json")
+@click.option("--first-seed", type=int, default=0, show_default=True,
+              help="seeds first_seed … first_seed + seeds − 1 (another value writes …_from<first>.json)")
+def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool,
+         skill_per_useful_group: float, first_seed: int) -> None:
+    """Measure the served in-band share and useful groups of an outside trainer, follow on vs off."""
+    from curriculum.rl.bootstrap import bootstrap
+
+    name = "follow_trainer_quick" if quick else "follow_trainer"
+    if skill_per_useful_group != Scenario.skill_per_useful_group:
+        name += f"_learn{skill_per_useful_group:g}"
+    if first_seed:
+        name += f"_from{first_seed}"
+    if regoal:
+        path = RESULTS / f"{name}.json"
+        data = json.loads(path.read_text())
+        data["goals"] = goals(data["arms"])
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        plot(data["arms"], path.with_suffix(".png"))
+        report(data["arms"], *data["window"])
+        return
+
+    if quick:
+        seeds, steps = 1, 20
+    sc = Scenario(steps=steps, announce_every=max(5, steps // 2), skill_per_useful_group=skill_per_useful_group)
+    data_dir = data_dir.absolute()
+    generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
+    runs: dict[str, list[Run]] = {"on": [], "off": []}
+    for seed in range(first_seed, first_seed + seeds):
+        for arm in ("on", "off"):
+            runs[arm].append(run_arm(arm == "on", seed, sc, generator, data_dir / "runs" / name))
+    lo, hi = max(0, steps - 10), steps - 1
+    table = {arm: summary(rs, lo, hi) for arm, rs in runs.items()}
+    write_result(name, {"scenario": asdict(sc), "window": [lo, hi], "arms": table, "goals": goals(table),
+                        "status_on": [r.status.get("following") for r in runs["on"]],
+                        "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
+    plot(table, RESULTS / f"{name}.png")
+    report(table, lo, hi)
+
+
+def goals(table: dict[str, Any]) -> dict[str, Any]:
+    """The issue's two goals, read two ways each (both reported, neither chosen after the fact): in band at the
+    brief's window (the last 10 steps) and "within 100 steps" (the first 10-step window at ≥ 0.25, mean over
+    seeds); the useful-group ratio at the last 10 steps and over the whole run (mean of the 10-step windows)."""
+    on, off = table["on"], table["off"]
+
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    def curve_mean(arm: dict[str, Any], key: str) -> list[float]:
+        return [statistics.mean(c) for c in zip(*arm[key], strict=True)]
+
+    on_curve = curve_mean(on, "curve")
+    first = next((10 * i + 9 for i, v in enumerate(on_curve) if v >= GOAL_IN_BAND), None)
+    whole = ratio(statistics.mean(curve_mean(on, "useful_curve")), statistics.mean(curve_mean(off, "useful_curve")))
+    last = ratio(on["useful_share"]["mean"], off["useful_share"]["mean"])
+    return {
+        "in_band_on_last_10_steps": {"value": on["in_band"]["mean"], "goal": GOAL_IN_BAND,
+                                     "met": on["in_band"]["mean"] >= GOAL_IN_BAND},
+        "in_band_on_first_step_at_goal": {"value": first, "peak": round(max(on_curve), 4), "goal": "<= 99",
+                                          "met": first is not None},
+        "useful_share_ratio_last_10_steps": {"value": last, "goal": GOAL_RATIO, "met": (last or 0) >= GOAL_RATIO},
+        "useful_share_ratio_whole_run": {"value": whole, "goal": GOAL_RATIO, "met": (whole or 0) >= GOAL_RATIO}}
+
+
+def report(table: dict[str, Any], lo: int, hi: int) -> None:
+    on, off, g = table["on"], table["off"], goals(table)
+    first, last = g["in_band_on_first_step_at_goal"]["value"], g["useful_share_ratio_last_10_steps"]["value"]
+    click.echo(f"in band at steps {lo}-{hi}: on {on['in_band']['mean']:.3f} ({on['in_band']['min']:.3f}–"
+               f"{on['in_band']['max']:.3f}) vs off {off['in_band']['mean']:.3f}; first 10-step window at ≥ 0.25: "
+               f"step {first}; useful share ratio: last 10 steps {last}×, whole run "
+               f"{g['useful_share_ratio_whole_run']['value']}×; tasks served {on['tasks']['mean']:.0f} / "
+               f"{off['tasks']['mean']:.0f} of {on['tasks_asked']['mean']:.0f}")
+
+
+if __name__ == "__main__":
+    main()

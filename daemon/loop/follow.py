@@ -1,0 +1,171 @@
+"""The loop's part of following a trainer's solver (issue #36): a solver known only through acks and announces.
+
+When the followed solver (:mod:`curriculum.frontier.followed`) is a trainer's, there is no endpoint to
+spot-check, so the spot-check phase becomes :func:`trainer_round`:
+
+* **false positives from acks** — the trainer's new labels of probe-high tasks that landed outside the
+  band are recorded as false positives (the aux retrain's negatives), as a spot-check harvest would;
+* **drift from its labels** — on a new announced version the drift measurement's sampled tasks (already
+  acked by an older version) are served again (:func:`curriculum.store.queue.serve_again`, message field
+  ``"remeasure": true``); the trainer's acks of them under the new version are the measurement;
+* **probe refresh** — the primary and aux probes train on its labels (the retrain and refresh jobs read
+  the followed solver's labels); the primary is refreshed every ``frontier.refresh_every_trainer_labels``
+  new labels (:func:`frontier_settings`).
+
+Emission adds an **exploration share** (:func:`explore_picks`): ``emission.explore_share`` of what is
+emitted is drawn unfiltered and marked ``"explore": true``, so the probes learn from labels that their
+own selection did not bias. It is a share of what the probes select, never a filler: when they select
+nothing, nothing is explored either.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from sqlalchemy import select
+
+from curriculum.frontier.followed import CONFIG_WHY, Followed, FollowMode, follows_line, resolve
+from curriculum.labelling.spotcheck import LabelValue, false_positives
+from curriculum.store import lineage, queue
+from curriculum.store.db import Store
+from curriculum.store.models import Label, TaskRow
+from daemon.loop import health
+from daemon.loop.frontier import FrontierSettings, FrontierTracker
+from daemon.loop.phases import Candidate
+from daemon.loop.state import DriverState
+from probes.band import Band
+
+log = logging.getLogger("propel.driver")
+
+#: Message fields of a task served unfiltered, and of one served again to measure drift.
+EXPLORE, REMEASURE = "explore", "remeasure"
+
+
+class _Settings(Protocol):
+    @property
+    def frontier_threshold(self) -> float: ...
+    @property
+    def band(self) -> Band: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def explore_share(self) -> float: ...
+
+
+class Driver(Protocol):
+    """What following needs of :class:`daemon.loop.driver.Driver` (a protocol: no import cycle)."""
+
+    store: Store
+    run_id: int
+
+    @property
+    def s(self) -> _Settings: ...
+
+    @property
+    def frontier(self) -> FrontierTracker: ...
+
+    def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None: ...
+
+
+def followed(store: Store, configured: str, mode: FollowMode) -> Followed:
+    """The solver the loop follows now (read from the store: an announce switches it without a restart)."""
+    if mode == "config":
+        return Followed(configured, CONFIG_WHY)
+    with store.session() as s:
+        return resolve(s, configured, mode)
+
+
+def switch(now: Followed, state: DriverState) -> bool:
+    """Note the followed solver in ``state``; on a change (the first trainer announced) log it once and forget
+    the previous solver's version, so no drift measurement opens across two solvers. True on a change."""
+    before, state.followed = state.followed, now.name
+    if before == now.name or (before is None and not now.trainer):
+        return False
+    state.solver_version = None
+    log.warning("%s", follows_line(now), extra={"fields": {"followed": now.name}})
+    return True
+
+
+def frontier_settings(settings: FrontierSettings, trainer: bool) -> FrontierSettings:
+    """A trainer's solver refreshes the primary every ``refresh_every_trainer_labels`` of its labels."""
+    return replace(settings, refresh_every_labels=settings.refresh_every_trainer_labels) if trainer else settings
+
+
+def trainer_round(driver: Driver, cycle: int, state: DriverState) -> dict[str, float]:
+    """The spot-check phase of a followed trainer: mine its new labels, serve drift re-measurements, observe drift."""
+    values = mine_acks(driver, state)
+    served = remeasure(driver, cycle, state)
+    values |= driver.frontier.observe_drift(cycle)
+    values |= {"spotcheck_dispatched": 0.0, "drift_remeasured": float(len(served))}
+    state.totals.drift_remeasured += len(served)
+    # no spot-check endpoint: the budget, worker and broker reasons are not this solver's to raise
+    driver._health(state, {health.BUDGET: None, health.WORKERS: None, health.BROKER: None})
+    return values
+
+
+def mine_acks(driver: Driver, state: DriverState) -> dict[str, float]:
+    """The followed trainer's labels written since the last look: false positives among the probe-high ones
+    (what a spot-check harvest records), and their in-band share and the probes' precision as metrics."""
+    name, band = driver.frontier.name, driver.s.band
+    with driver.store.session() as s:
+        rows = s.execute(select(Label.id, Label.task_id, Label.solved, Label.valid_trials, Label.in_band, Label.explore)
+                         .join(TaskRow, TaskRow.id == Label.task_id)
+                         .where(Label.run_id == driver.run_id, Label.solver_name == name, Label.source == "consumer",
+                                Label.id > state.follow_label_cursor, TaskRow.valid)
+                         .order_by(Label.id)).all()
+        if not rows:
+            return {"trainer_labels": 0.0}
+        state.follow_label_cursor = int(rows[-1].id)
+        scores = lineage.latest_scores(s, [int(r.task_id) for r in rows])
+        labelled = [(int(r.task_id), True, scores[r.task_id][1] if r.task_id in scores else 0.0,
+                     LabelValue(int(r.solved), int(r.valid_trials), r.in_band)) for r in rows]
+        fps = false_positives(labelled, driver.s.frontier_threshold, band)
+        lineage.add_false_positives(s, [(t, scores[t][0], side, solved, k, p) for t, side, solved, k, p in fps
+                                        if t in scores])
+    known = [r for r in rows if r.in_band is not None]
+    high = [lab for t, _, p, lab in labelled if p >= driver.s.frontier_threshold and lab.in_band is not None]
+    out = {"trainer_labels": float(len(rows)), "false_positives": float(len(fps)),
+           "trainer_explore_labels": float(sum(1 for r in rows if r.explore))}
+    if known:
+        out["trainer_utility"] = sum(1 for r in known if r.in_band) / len(known)
+    if high:
+        out["probe_precision"] = sum(1 for lab in high if lab.in_band) / len(high)
+        out["false_positive_rate"] = (len(high) - sum(1 for lab in high if lab.in_band)) / len(high)
+    return out
+
+
+def remeasure(driver: Driver, cycle: int, state: DriverState) -> list[int]:
+    """Serve again the open drift measurement's tasks the current version has not labelled yet."""
+    frontier = driver.frontier
+    todo = frontier.plan_drift(cycle, state, budget=10**9)  # a trainer's acks cost no spot-check budget
+    if not todo:
+        return []
+    sid = frontier.serving_id()
+    with driver.store.session() as s:
+        done = set(s.scalars(select(Label.task_id).where(Label.run_id == driver.run_id, Label.solver_id == sid,
+                                                          Label.task_id.in_(todo))))
+        return queue.serve_again(s, driver.run_id, [t for t in todo if t not in done],
+                                 {REMEASURE: True, "remeasure_version": frontier.current_version()})
+
+
+def explore_picks(cands: Sequence[Candidate], plan: Sequence[int], share: float, paused: frozenset[str],
+                  seed: int) -> list[int]:
+    """Unfiltered tasks to emit beside the probe-selected ``plan``: ``share`` of the total emitted
+    (``ceil(len(plan) × share / (1 − share))``, none when the plan is empty), drawn uniformly from the
+    other candidates (paused topics excepted), deterministic in ``seed``."""
+    if not plan or share <= 0:
+        return []
+    n = math.ceil(len(plan) * share / (1 - share))
+    chosen = set(plan)
+    rest = sorted(c.task_id for c in cands if c.task_id not in chosen and c.topic not in paused)
+    return random.Random(seed).sample(rest, min(n, len(rest)))
+
+
+def mark(message: dict[str, Any], explore: bool) -> dict[str, Any]:
+    """A message marked as served unfiltered (``"explore": true``) when it is."""
+    return {**message, EXPLORE: True} if explore else message

@@ -1,0 +1,111 @@
+"""A daemon follows a trainer it knows only through acks and announces (issue #36): the loop's driver (fake
+generator, real store, real retrains on a tiny reference) with ``solver.follow = "first_trainer"``, and a
+``propel serve`` subprocess on the same store that the trainer talks to over HTTP, as a user's trainer would.
+
+Once the trainer announces, the driver stops spot-checking, emits tasks for the trainer's solver (``lease(solver=…)``
+works), with a capped share of them unfiltered and marked ``explore`` (and so are their labels), mines false
+positives from the acks, refreshes the primary on the trainer's labels, and measures drift after the next
+announce by serving labelled tasks again (``remeasure``) — all said by ``/v1/status``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from curriculum.frontier import drift
+from curriculum.frontier.followed import resolve
+from curriculum.solvers.synthetic import SyntheticArithSolver
+from curriculum.store.db import Store
+from curriculum.store.models import FalsePositive, Label, MetricPoint, RetrainJob, SolverTrial
+from daemon.loop.driver import Driver
+from daemon.loop.frontier import FrontierSettings
+from propel_sdk.client import Ack, LeasedTask, PropelClient
+from testkit.closed_loop import task_of
+from testkit.driver import make_driver, tick_to
+from testkit.servers import free_port, wait_http
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~45 s per database unloaded, ~100 s on a busy machine
+ROOT = Path(__file__).resolve().parents[2]
+TRAINER = "my-policy"
+
+
+@pytest.fixture
+def serve(store: Store, tmp_path: Path) -> Iterator[str]:
+    """``propel serve`` of run ``drv`` on the test's store (the default solver settings: follow the first trainer)."""
+    port = free_port()
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(f'run_name = "drv"\nseed = 1\n[api]\nport = {port}\n')
+    env = {k: v for k, v in os.environ.items() if k != "PROPEL_CONFIG"}
+    env.update(PROPEL_DATABASE_URL=store.url, PROPEL_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT))
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(cfg), "serve"], env=env,
+                                cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v1/status", 120, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _train(client: PropelClient, driver: Driver, version: str, solver: str | None = TRAINER) -> list[LeasedTask]:
+    """One emit's worth: lease what is served for the trainer's solver, ack each once as ``version``
+    (rolled out by a weaker synthetic solver than the daemon's own)."""
+    tick_to(driver, "rl", driver.state()[1] + 1)
+    leased = client.lease(n=64, lease_s=600, consumer="trainer", solver=solver)
+    policy = SyntheticArithSolver(offset=4.0, seed=3)
+    acks = []
+    for t in leased:
+        p = policy.success_probability(task_of(t.message["grading"]).text)
+        acks.append(Ack(t, solved=round(8 * p), n=8, solver=TRAINER, version=version))
+    assert set(client.ack_many(acks).values()) <= {"acked"}
+    return leased
+
+
+def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_path: Path, serve: str) -> None:
+    frontier = FrontierSettings(refresh_every_trainer_labels=40, drift_per_stratum=4)
+    driver, _ = make_driver(store, tmp_path, follow="first_trainer", explore_share=0.25, frontier=frontier)
+    tick_to(driver, "rl", 1)  # a cycle before any trainer: the daemon's own solver, spot-checked
+    with store.session() as s:
+        spot_trials = s.scalar(select(func.count()).select_from(SolverTrial))
+    assert spot_trials and not driver.followed.trainer
+
+    with PropelClient(serve, token=None) as client:
+        got = client.announce(TRAINER, "step-0")
+        assert got["followed"] is True and "notice" not in got and f"'{TRAINER}'" in got["following"]
+        assert driver.followed.name == TRAINER and driver.followed.trainer
+        served: list[LeasedTask] = []
+        for _ in range(3):
+            served += _train(client, driver, "step-0", solver=TRAINER if served else None)
+        assert served and {t.message["solver"] for t in served[-10:]} == {TRAINER}  # lease(solver=…) selects them
+        explored = [t for t in served if t.message.get("explore")]
+        assert explored and len(explored) <= 0.25 * len(served) + 4  # a capped share, never a filler
+        client.announce(TRAINER, "step-1")
+        after = [t for _ in range(2) for t in _train(client, driver, "step-1")]
+        remeasured = [t for t in after if t.message.get("remeasure")]
+        status = client.status()["following"]
+
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(SolverTrial)) == spot_trials  # no spot-check since
+        assert s.scalar(select(func.count()).select_from(SolverTrial).where(SolverTrial.solver_name == TRAINER)) == 0
+        labels = s.execute(select(Label.solver_version, Label.explore).where(Label.solver_name == TRAINER)).all()
+        fps = s.scalar(select(func.count()).select_from(FalsePositive))
+        jobs = s.scalars(select(RetrainJob.spec)).all()
+        measured = drift.measurements(s, driver.run_id, TRAINER, "done") + drift.measurements(
+            s, driver.run_id, TRAINER, "measuring")
+        mined = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "trainer_labels")).all()
+        assert resolve(s, "configured", "first_trainer").name == TRAINER  # from the store: a restart keeps it
+    explored_all = {t.id for t in served + after if t.message.get("explore")}
+    assert sum(1 for _, e in labels if e) >= len(explored_all) > 0  # the explore flag is on the stored labels
+    assert fps > 0 and sum(mined) >= len(served)  # false positives mined from the acks
+    assert any(j.get("role") == "primary" and j.get("solver") == TRAINER for j in jobs)  # refreshed on its labels
+    assert remeasured and {t.message.get("remeasure_version") for t in remeasured} == {"step-1"}
+    assert [(m.new_version, m.measured > 0) for m in measured] == [("step-1", True)]  # from the trainer's acks
+    assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]

@@ -1,0 +1,40 @@
+"""Following a trainer (issue #36): the exploration share is a capped share of what is emitted, and a
+trainer's solver refreshes its primary probe on its own label count."""
+
+from __future__ import annotations
+
+from daemon.loop.follow import explore_picks, frontier_settings, mark
+from daemon.loop.frontier import FrontierSettings
+from daemon.loop.phases import Candidate
+
+
+def _cands(n: int, topic: str = "add:1") -> list[Candidate]:
+    return [Candidate(i, 0.9 if i < 10 else 0.1, topic) for i in range(n)]
+
+
+def test_explore_is_a_share_of_the_emitted_never_a_filler() -> None:
+    cands = _cands(100)
+    plan = list(range(17))
+    picks = explore_picks(cands, plan, 0.15, frozenset(), seed=3)
+    assert len(picks) == 3  # ceil(17 * 0.15 / 0.85): 3 of 20 emitted, 15 %
+    assert not set(picks) & set(plan) and len(set(picks)) == 3
+    assert explore_picks(cands, plan, 0.15, frozenset(), seed=3) == picks  # deterministic in the seed
+    assert explore_picks(cands, [], 0.15, frozenset(), seed=3) == []  # the probes selected nothing: nothing
+    assert explore_picks(cands, plan, 0.0, frozenset(), seed=3) == []
+    assert len(explore_picks(_cands(18), plan, 0.5, frozenset(), seed=1)) == 1  # no more than the rest
+
+
+def test_explore_skips_paused_topics() -> None:
+    cands = [*_cands(20, "mul:3"), Candidate(50, 0.1, "add:1")]
+    assert explore_picks(cands, [0, 1, 2, 3, 4], 0.5, frozenset({"mul:3"}), seed=0) == [50]
+
+
+def test_mark_flags_explored_messages_only() -> None:
+    assert mark({"id": 1}, True) == {"id": 1, "explore": True}
+    assert mark({"id": 1}, False) == {"id": 1}
+
+
+def test_a_trainer_refreshes_on_its_own_label_count() -> None:
+    base = FrontierSettings(refresh_every_labels=0, refresh_every_trainer_labels=128)
+    assert frontier_settings(base, trainer=True).refresh_every_labels == 128
+    assert frontier_settings(base, trainer=False).refresh_every_labels == 0
