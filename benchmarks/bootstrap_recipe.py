@@ -20,33 +20,16 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from benchmarks._common import RESULTS, write_result
 from curriculum.rl.bootstrap import BootstrapSettings, bootstrap
+from testkit.bootstrap_recipe import VALIDITY_GOAL, Recipe, choose, summarise
 
-#: The validity the recipe must hold on every seed (issue #38).
-VALIDITY_GOAL = 0.95
 #: steps:lr:warmup arms of the default grid, cheapest first.
 DEFAULT_RECIPES = ("400:3e-3:30", "400:5e-3:30", "500:4e-3:30", "600:4e-3:30", "800:4e-3:30")
 QUICK_RECIPES = ("8:3e-3:2", "12:3e-3:2")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    steps: int
-    lr: float
-    warmup_steps: int
-
-    @classmethod
-    def parse(cls, text: str) -> Recipe:
-        steps, lr, warmup = text.split(":")
-        return cls(int(steps), float(lr), int(warmup))
-
-    @property
-    def label(self) -> str:
-        return f"{self.steps} steps · lr {self.lr:g} · warmup {self.warmup_steps}"
 
 
 def run_arm(recipe: Recipe, seed: int, eval_samples: int) -> dict[str, Any]:
@@ -60,28 +43,6 @@ def run_arm(recipe: Recipe, seed: int, eval_samples: int) -> dict[str, Any]:
     return {"recipe": asdict(recipe), "seed": seed, "validity": result.validity, "train_s": result.train_s,
             "total_s": time.perf_counter() - started, "load_average": [load_before, os.getloadavg()[0]],
             "settings": asdict(settings)}
-
-
-def summarise(arms: list[dict[str, Any]], recipes: list[Recipe], seeds: list[int]) -> list[dict[str, Any]]:
-    """Per recipe: min/mean validity over the seeds run, mean train seconds, and whether it holds the
-    goal on every seed of ``seeds`` (a recipe whose remaining seeds were skipped does not)."""
-    out = []
-    for recipe in recipes:
-        rows = [a for a in arms if a["recipe"] == asdict(recipe)]
-        vals = [a["validity"] for a in rows]
-        run_seeds = [a["seed"] for a in rows]
-        out.append({"recipe": asdict(recipe), "label": recipe.label, "seeds": run_seeds,
-                    "seeds_skipped": [s for s in seeds if s not in run_seeds],
-                    "validity": vals, "min_validity": min(vals), "mean_validity": sum(vals) / len(vals),
-                    "mean_train_s": sum(a["train_s"] for a in rows) / len(rows),
-                    "holds_goal_every_seed": min(vals) >= VALIDITY_GOAL and set(seeds) <= set(run_seeds)})
-    return out
-
-
-def choose(summary: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The fewest-steps recipe that holds the goal on every seed (ties: the faster one)."""
-    ok = [s for s in summary if s["holds_goal_every_seed"]]
-    return min(ok, key=lambda s: (s["recipe"]["steps"], s["mean_train_s"])) if ok else None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from benchmarks.bootstrap_recipe import VALIDITY_GOAL, Recipe, choose, summarise
-from benchmarks.first_run import STAGES, StageClock, make_run_command
 from daemon.loop.driver import CycleReport
 from daemon.loop.progress import Progress
+from testkit.bootstrap_recipe import VALIDITY_GOAL, Recipe, choose, summarise
+from testkit.first_run import STAGES, StageClock, make_run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
