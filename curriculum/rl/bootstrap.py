@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from curriculum.common.cpu_share import ThreadGovernor
 from curriculum.common.pretrain_corpus import Corpus
 from curriculum.common.tinymodels import build_char_tokenizer, save_tiny, tiny_qwen2
 from curriculum.domains.arith import GENERATOR_PROMPT, ArithDomain, random_expression
@@ -145,8 +146,10 @@ def _lr_factor(step: int, settings: BootstrapSettings) -> float:
 
 
 def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings: BootstrapSettings,
-          show_progress: bool = True, corpus: Corpus | None = None) -> float:
-    """Pretrain ``model`` in place on ``corpus`` (default: arith); returns the final (smoothed) loss."""
+          show_progress: bool = True, corpus: Corpus | None = None,
+          threads: ThreadGovernor | None = None) -> float:
+    """Pretrain ``model`` in place on ``corpus`` (default: arith); returns the final (smoothed) loss.
+    ``threads`` re-decides torch's thread count as the machine's load changes (None: leave it)."""
     corpus = corpus or arith_corpus()
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
@@ -166,6 +169,8 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
             value = float(loss.detach())
             smoothed = value if math.isnan(smoothed) else 0.95 * smoothed + 0.05 * value
             bar.advance(1, loss=smoothed)
+            if threads is not None:
+                threads.tick()
     model.eval()
     return smoothed
 
@@ -196,14 +201,14 @@ def measure_validity(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast
     return corpus.validity(sample_completions(model, tokenizer, n, seed, max_new_tokens, corpus.prompt))
 
 
-def bootstrap_threads() -> int:
-    """Intra-op threads for the bootstrap: 1 unless ``PROPEL_BOOTSTRAP_THREADS`` says otherwise.
+def bootstrap_threads() -> ThreadGovernor:
+    """Intra-op threads for the bootstrap: measured and re-measured by :class:`ThreadGovernor` (a second
+    thread only while a second core is otherwise idle), or fixed by ``PROPEL_BOOTSTRAP_THREADS``.
 
-    The model is ~1M parameters and a batch is 64 × ~25 tokens: each op is too small to split, and
-    on a shared 2-core machine a second thread made every step several times slower
-    (``benchmarks/bootstrap_threads.py``: 0.37 s/step with 1 thread against 3.7 s with 2 at load
-    average 7, 0.57 against 8.3 s at load 13). Same recipe, same quality; only the wall time changes."""
-    return max(1, int(os.environ.get("PROPEL_BOOTSTRAP_THREADS") or 1))
+    Same recipe, same quality either way; only the wall time changes (``benchmarks/bootstrap_threads.py``:
+    idle, 2 threads are 1.6× faster than 1; under load, 2 threads were 14× slower)."""
+    fixed = os.environ.get("PROPEL_BOOTSTRAP_THREADS")
+    return ThreadGovernor(fixed=int(fixed) if fixed else None)
 
 
 @contextmanager
@@ -247,16 +252,21 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
     model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    with torch_threads(bootstrap_threads()):
+    before = torch.get_num_threads()
+    try:
+        threads = bootstrap_threads()
         started = time.perf_counter()
-        loss = train(model, tokenizer, settings, show_progress=show_progress, corpus=corpus)
+        loss = train(model, tokenizer, settings, show_progress=show_progress, corpus=corpus, threads=threads)
         train_s = time.perf_counter() - started
         validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
                                     settings.max_new_tokens, corpus)
+    finally:
+        torch.set_num_threads(before)
     save_tiny(model, tokenizer, target)
     meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
             "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,
-            "generator_prompt": corpus.prompt, "corpus": corpus.key, "created_at": time.time()}
+            "generator_prompt": corpus.prompt, "corpus": corpus.key, "created_at": time.time(),
+            "torch_threads": [t for t, _ in threads.changes]}
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return BootstrapResult(target, validity, False, train_s, n_params, settings)
 

@@ -36,7 +36,10 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
         assert messages, "no task was emitted"
         for m in messages:
             FrontierTask.model_validate(m)
-        assert steps == [4, 6] and len(primaries) == 1 and cycles == 3  # the newest rl.keep_checkpoints rows
+        # the newest rl.keep_checkpoints rows, and the last healthy one if it is older (the rollback target
+        # is pinned: whether cycle 1's sample passed the health rule depends on how many tasks it drew)
+        assert steps[-2:] == [4, 6] and steps[:-2] in ([], [2]), steps
+        assert len(primaries) == 1 and cycles == 3
         # restart on "another machine": no local checkpoint, the newest row's artifact drives resume
         shutil.rmtree(tmp_path / "data" / "runs" / "emb" / "generator")
         proc = start_daemon(cfg, log, "--cycles", "1", "--no-api")  # restart: continues, does not redo

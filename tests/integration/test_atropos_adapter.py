@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,28 @@ class Trainer:
                 time.sleep(0.2)
             self.groups += len(batch)
 
+    def pull_until(self, done: Callable[[], bool], timeout_s: float, env: subprocess.Popen[bytes],
+                   log_path: Path) -> None:
+        """Pull batches as they come until ``done()``: what the environment does between steps (an eval)
+        can lag the step that asked for it on a loaded machine."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert env.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"not done after {timeout_s} s ({self.groups} groups)"
+            batch = self.http.get("/batch").json()["batch"]
+            if batch is None:
+                time.sleep(0.2)
+            else:
+                self.groups += len(batch)
+
+
+def _json_written(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
 
 @pytest.mark.slow
 def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, inference: str,
@@ -212,6 +234,8 @@ def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, 
         while {v for _, v, _, _ in consumer_labels(pg_store)} <= {"step-0"}:
             trainer.pull(steps=1, timeout_s=150, env=env, log_path=log_path)
         trainer.pull(steps=1, timeout_s=60, env=env, log_path=log_path)
+        metrics = tmp_path / "evals" / "metrics.json"  # written by the eval every 3 steps
+        trainer.pull_until(lambda: _json_written(metrics), 180, env, log_path)
         os.kill(env.pid, signal.SIGTERM)
         assert env.wait(timeout=60) == 0, log_path.read_text()[-3000:]
     finally:
@@ -230,5 +254,5 @@ def test_serve_with_run_api_then_sigterm(daemon: ServeProcess, pg_store: Store, 
     # Atropos calls save_checkpoint when its step crosses a multiple of checkpoint_interval between two polls
     assert "step-0" in announced and len(announced) >= 2 and all(int(v[5:]) % 2 == 0 for v in announced)
     assert {v for _, v, _, _ in labels} <= announced  # each ack as the version current when it was reported
-    evaluated = json.loads((tmp_path / "evals" / "metrics.json").read_text())["results"]["all"]
+    evaluated = json.loads(metrics.read_text())["results"]["all"]
     assert evaluated["eval/accuracy"] == 1.0 and evaluated["eval/tasks"] == 3.0

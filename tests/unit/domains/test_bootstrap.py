@@ -77,8 +77,10 @@ def test_cli_bootstrap_caches_where_the_daemon_looks(tmp_path: Path, monkeypatch
     assert path.startswith(str(tmp_path / "data")) and "(reused)" in said[-1]
 
 
-def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_bootstrap_threads_follow_the_override_and_restore_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    import json
+
     import torch
 
     from curriculum.rl import bootstrap as boot
@@ -92,10 +94,23 @@ def test_bootstrap_trains_on_one_thread_and_restores_the_setting(monkeypatch: py
 
     monkeypatch.setattr(boot, "train", spy)
     before = torch.get_num_threads()
-    boot.bootstrap("arith", tmp_path, settings=TINY, show_progress=False, force=True)
-    monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", "2")
-    boot.bootstrap("arith", tmp_path / "b", settings=TINY, show_progress=False, force=True)
+    for n in ("1", "2"):
+        monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", n)
+        boot.bootstrap("arith", tmp_path / n, settings=TINY, show_progress=False, force=True)
     assert seen == [1, 2] and torch.get_num_threads() == before
+    meta = json.loads(next((tmp_path / "2").rglob(boot.META_FILE)).read_text())
+    assert meta["torch_threads"] == [2]
+
+
+def test_bootstrap_without_override_measures_the_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+
+    from curriculum.rl import bootstrap as boot
+
+    monkeypatch.delenv("PROPEL_BOOTSTRAP_THREADS", raising=False)
+    boot.bootstrap("arith", tmp_path, settings=TINY, show_progress=False, force=True)
+    chosen = json.loads(next(tmp_path.rglob(boot.META_FILE)).read_text())["torch_threads"]
+    assert chosen and all(1 <= t <= 2 for t in chosen)
 
 
 def test_swe_bootstrap_without_fetched_repositories_says_what_to_run(tmp_path: Path) -> None:
