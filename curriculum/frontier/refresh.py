@@ -6,7 +6,8 @@ probe, as a store-recorded job on the retrain queue (a :class:`~curriculum.probi
 outcome, the probe name is unique). The job:
 
 1. loads the usable labels of the solver (spot-check and trainer labels, staleness applied, the
-   freshest per task) and holds out the *most recent* ``holdout_share`` of them;
+   freshest per task; a followed trainer's newest ``recent_labels`` only) and holds out the *most recent*
+   ``holdout_share`` of them;
 2. trains a challenger on the rest with the champion's feature spec on the same frozen reference;
 3. scores champion and challenger on the held-out labels and applies :func:`decide`: the challenger
    wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``);
@@ -101,15 +102,18 @@ class RefreshData:
     labels: np.ndarray
 
 
-def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessPolicy, domain: Domain
-                      ) -> RefreshData:
-    """Usable labels of ``solver`` (freshest per task, with a verdict), oldest label first."""
+def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessPolicy, domain: Domain,
+                      recent: int = 0) -> RefreshData:
+    """Usable labels of ``solver`` (freshest per task, with a verdict), oldest label first; with ``recent``,
+    only the newest ``recent`` of them."""
     with store.session() as s:
         best = freshest_per_task(frontier_labels.usable_labels(s, solver, policy, run_id=run_id))
         keep = {t: w for t, w in best.items() if w.label.in_band is not None}
         rows = {r.id: r for r in s.execute(select(TaskRow.id, TaskRow.text, TaskRow.payload).where(
             TaskRow.id.in_(list(keep))))} if keep else {}
     order = sorted(keep, key=lambda t: (keep[t].label.at or datetime.min.replace(tzinfo=UTC), t))
+    if recent > 0:
+        order = order[-recent:]
     texts = [domain.reference_text(Task(domain.name, rows[t].text, dict(rows[t].payload or {}))) for t in order]
     return RefreshData(order, texts, np.array([int(bool(keep[t].label.in_band)) for t in order], dtype=int))
 
@@ -128,7 +132,7 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     Raises :class:`InsufficientRefreshData` when the labels cannot train or judge a challenger.
     """
     policy = StalenessPolicy(**spec.staleness)
-    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain)
+    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain, spec.recent_labels)
     if len(data.task_ids) < spec.refresh_min_labels:
         raise InsufficientRefreshData(f"{len(data.task_ids)} usable labels < {spec.refresh_min_labels}")
     feature = FeatureSpec(layer=spec.layer, pooling=spec.pooling)

@@ -71,6 +71,7 @@ class RetrainSpec:
     combine: str = "min"  # primary refresh: how members combine (probes.ensemble), for both ensembles
     holdout_share: float = 0.25  # primary refresh: newest labels held out to judge challenger vs champion
     refresh_min_labels: int = 32  # primary refresh: usable labels needed
+    recent_labels: int = 0  # primary refresh: only the newest N usable labels train and judge (0: all)
 
     @property
     def band(self) -> Band:

@@ -92,8 +92,13 @@ def switch(now: Followed, state: DriverState) -> bool:
 
 
 def frontier_settings(settings: FrontierSettings, trainer: bool) -> FrontierSettings:
-    """A trainer's solver refreshes the primary every ``refresh_every_trainer_labels`` of its labels."""
-    return replace(settings, refresh_every_labels=settings.refresh_every_trainer_labels) if trainer else settings
+    """A trainer's solver refreshes the primary every ``refresh_every_trainer_labels`` of its labels, on its
+    newest ``refresh_trainer_label_window`` labels: it learns between its announces, so a version's first
+    labels describe a weaker solver than its last."""
+    if not trainer:
+        return settings
+    return replace(settings, refresh_every_labels=settings.refresh_every_trainer_labels,
+                   refresh_recent_labels=settings.refresh_trainer_label_window)
 
 
 def trainer_round(driver: Driver, cycle: int, state: DriverState) -> dict[str, float]:

@@ -47,6 +47,8 @@ class FrontierSettings:
     refresh_drift_threshold: float = 0.3
     refresh_every_labels: int = 0
     refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
+    refresh_trainer_label_window: int = 256  # following a trainer's solver: its newest labels a refresh uses
+    refresh_recent_labels: int = 0  # in effect: a refresh uses only the newest N usable labels (0: all)
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32
 
@@ -220,7 +222,8 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
                    champion_members=[p.artifact_uri for p in champions], members=max(1, len(champions)),
                    combine=combine,
                    holdout_share=driver.s.frontier.refresh_holdout_share,
-                   refresh_min_labels=driver.s.frontier.refresh_min_labels)
+                   refresh_min_labels=driver.s.frontier.refresh_min_labels,
+                   recent_labels=driver.frontier.s.refresh_recent_labels)
     log.info("primary-probe refresh %s: %s", spec.name, why)
     retrain.create_job(driver.store, spec)
     state.refresh_job = spec.name

@@ -249,7 +249,8 @@ def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
         staleness=staleness_policy(cfg), drift_budget_share=f.drift_budget_share, drift_per_stratum=f.drift_per_stratum,
         refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
         refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels,
-        refresh_every_trainer_labels=f.refresh_every_trainer_labels)
+        refresh_every_trainer_labels=f.refresh_every_trainer_labels,
+        refresh_trainer_label_window=f.refresh_trainer_label_window)
 
 
 def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:

@@ -70,7 +70,7 @@ def _train(client: PropelClient, driver: Driver, version: str, solver: str | Non
 
 
 def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_path: Path, serve: str) -> None:
-    frontier = FrontierSettings(refresh_every_trainer_labels=40, drift_per_stratum=4)
+    frontier = FrontierSettings(refresh_every_trainer_labels=40, drift_per_stratum=4, refresh_trainer_label_window=60)
     driver, _ = make_driver(store, tmp_path, follow="first_trainer", explore_share=0.25, frontier=frontier)
     tick_to(driver, "rl", 1)  # a cycle before any trainer: the daemon's own solver, spot-checked
     with store.session() as s:
@@ -105,7 +105,8 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
     explored_all = {t.id for t in served + after if t.message.get("explore")}
     assert sum(1 for _, e in labels if e) >= len(explored_all) > 0  # the explore flag is on the stored labels
     assert fps > 0 and sum(mined) >= len(served)  # false positives mined from the acks
-    assert any(j.get("role") == "primary" and j.get("solver") == TRAINER for j in jobs)  # refreshed on its labels
+    refreshes = [j for j in jobs if j.get("role") == "primary" and j.get("solver") == TRAINER]
+    assert refreshes and {j["recent_labels"] for j in refreshes} == {60}  # on its newest labels
     assert remeasured and {t.message.get("remeasure_version") for t in remeasured} == {"step-1"}
     assert [(m.new_version, m.measured > 0) for m in measured] == [("step-1", True)]  # from the trainer's acks
     assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]

@@ -74,6 +74,9 @@ def test_an_ensemble_champion_is_judged_and_replaced_as_a_whole(store: Store, tm
     first = run_retrain(store, spec_for(run_id, ref, name="rf-ens-0", **spec), ArithDomain(), extractor, artifacts)
     assert first.state == "done" and first.result["members"] == 2 and len(first.result["member_probe_ids"]) == 2
     data = load_refresh_data(store, run_id, solver.solver_id, StalenessPolicy(keep_versions=9), ArithDomain())
+    newest = load_refresh_data(store, run_id, solver.solver_id, StalenessPolicy(keep_versions=9), ArithDomain(),
+                               recent=50)
+    assert newest.task_ids == data.task_ids[-50:] and newest.labels.tolist() == data.labels[-50:].tolist()
     feature = FeatureSpec(layer=2, pooling="mean_full")
     flipped = fit_probe(extractor.extract(data.texts, [feature])[feature], 1 - data.labels, reference=ref,
                         spec=feature, band=BAND, arch="linear", config=TrainConfig(seed=0), name="flipped")

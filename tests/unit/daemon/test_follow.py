@@ -38,3 +38,9 @@ def test_a_trainer_refreshes_on_its_own_label_count() -> None:
     base = FrontierSettings(refresh_every_labels=0, refresh_every_trainer_labels=128)
     assert frontier_settings(base, trainer=True).refresh_every_labels == 128
     assert frontier_settings(base, trainer=False).refresh_every_labels == 0
+
+
+def test_a_trainer_refreshes_on_its_newest_labels_only() -> None:
+    base = FrontierSettings(refresh_trainer_label_window=256)
+    assert frontier_settings(base, trainer=True).refresh_recent_labels == 256
+    assert frontier_settings(base, trainer=False).refresh_recent_labels == 0  # a spot-checked solver: all usable
