@@ -29,10 +29,13 @@ from testkit.follow_trainer import Run, Scenario, default_daemon, train, window
 GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 
 
-def run_arm(follow: bool, seed: int, sc: Scenario, generator: Path, work: Path) -> Run:
-    workdir = work / f"{'on' if follow else 'off'}-s{seed}"
+def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, window: int | None = None) -> Run:
+    """Arm ``on``, ``off``, or ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``)."""
+    follow = arm != "off"
+    workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
-    with default_daemon(workdir, generator, seed, follow, sc.min_probability) as server:
+    with default_daemon(workdir, generator, seed, follow, sc.min_probability,
+                        window if arm.startswith("on_w") else None) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 
@@ -56,7 +59,8 @@ def plot(table: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, color in (("on", "tab:blue"), ("off", "tab:gray")):
+    colors = [("on", "tab:blue"), ("off", "tab:gray"), *((a, "tab:green") for a in table if a.startswith("on_w"))]
+    for arm, color in colors:
         for ax, key in zip(axes, ("curve", "useful_curve"), strict=True):
             for i, curve in enumerate(table[arm][key]):
                 ax.plot([10 * j + 9 for j in range(len(curve))], curve, color=color, alpha=0.7,
@@ -78,13 +82,15 @@ def plot(table: dict[str, Any], path: Path) -> None:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
+@click.option("--window-arm", type=int, default=None,
+              help="a third arm: follow on with frontier.refresh_trainer_label_window = N (writes …_w<N>.json)")
 @click.option("--regoal", is_flag=True, help="recompute the goals and the PNG of the stored results JSON (no run)")
 @click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
               help="how fast the trainer learns; another value writes follow_trainer_learn<value>.json")
 @click.option("--first-seed", type=int, default=0, show_default=True,
               help="seeds first_seed … first_seed + seeds − 1 (another value writes …_from<first>.json)")
 def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool,
-         skill_per_useful_group: float, first_seed: int) -> None:
+         skill_per_useful_group: float, first_seed: int, window_arm: int | None) -> None:
     """Measure the served in-band share and useful groups of an outside trainer, follow on vs off."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -93,6 +99,8 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
         name += f"_learn{skill_per_useful_group:g}"
     if first_seed:
         name += f"_from{first_seed}"
+    if window_arm is not None:
+        name += f"_w{window_arm}"
     if regoal:
         path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text())
@@ -107,17 +115,32 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
     sc = Scenario(steps=steps, announce_every=max(5, steps // 2), skill_per_useful_group=skill_per_useful_group)
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
-    runs: dict[str, list[Run]] = {"on": [], "off": []}
+    arms = ["on", "off"] + ([f"on_w{window_arm}"] if window_arm is not None else [])
+    runs: dict[str, list[Run]] = {arm: [] for arm in arms}
     for seed in range(first_seed, first_seed + seeds):
-        for arm in ("on", "off"):
-            runs[arm].append(run_arm(arm == "on", seed, sc, generator, data_dir / "runs" / name))
+        for arm in arms:
+            runs[arm].append(run_arm(arm, seed, sc, generator, data_dir / "runs" / name, window_arm))
     lo, hi = max(0, steps - 10), steps - 1
     table = {arm: summary(rs, lo, hi) for arm, rs in runs.items()}
-    write_result(name, {"scenario": asdict(sc), "window": [lo, hi], "arms": table, "goals": goals(table),
+    extra = {"label_window": paired_window(table, f"on_w{window_arm}")} if window_arm is not None else {}
+    write_result(name, {"scenario": asdict(sc), "window": [lo, hi], "arms": table, "goals": goals(table), **extra,
                         "status_on": [r.status.get("following") for r in runs["on"]],
                         "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
     report(table, lo, hi)
+    if extra:
+        click.echo(f"label window, on (default) minus on_w{window_arm}, paired by seed: {extra['label_window']}")
+
+
+def paired_window(table: dict[str, Any], other: str) -> dict[str, Any]:
+    """The default ``on`` arm minus ``other`` (another label window), paired by seed, mean ± 95 % interval:
+    in band at the last 10 steps and over the whole run (mean of the 10-step windows)."""
+    from testkit.closed_loop_stats import mean_ci
+
+    on, alt = table["on"], table[other]
+    whole = [statistics.mean(a) - statistics.mean(b) for a, b in zip(on["curve"], alt["curve"], strict=True)]
+    last = [a - b for a, b in zip(on["in_band"]["per_seed"], alt["in_band"]["per_seed"], strict=True)]
+    return {"in_band_last_10_steps": mean_ci(last), "in_band_whole_run": mean_ci(whole)}
 
 
 def goals(table: dict[str, Any]) -> dict[str, Any]:
