@@ -18,6 +18,8 @@ Opt-in (--arms …,reasoning_gym,filter; synthetic row only), what a lab would u
 (testkit/closed_loop_lab.py): reasoning_gym imports each step's batch from Reasoning Gym's arithmetic
 generator at its own curriculum's level; filter rolls out candidates from a static pool and keeps the
 groups with 0 < accuracy < 1 (balanced online difficulty filtering), every rollout counted.
+Opt-in (--arms …,trainer_labels; synthetic row only): the daemon following the trainer from its acks alone
+(no spot-checks of the trainer's solver, testkit/closed_loop.py).
 
 Per round: the in-band rate of the served tasks measured independently (k = 8 attempts by the checkpoint
 that trained on them, outside every arm's budget), the share of the trainer's GRPO groups with non-zero
@@ -48,6 +50,7 @@ import numpy as np
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from testkit.closed_loop import (
     ARMS,
+    FOLLOW_ARM,
     LAB_ARMS,
     ArmResult,
     LoopSettings,
@@ -313,7 +316,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--rounds", type=int, default=None, help="rounds R (default 4; --quick: 2)")
 @click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4; --powered 16)")
 @click.option("--arms", default=None, help=f"comma-separated arms (default {','.join(ARMS)}; --powered all six); "
-                                          f"also {', '.join(LAB_ARMS)} (synthetic row only)")
+                                          f"also {', '.join(LAB_ARMS)}, {FOLLOW_ARM} (synthetic row only)")
 @click.option("--sample-size-max", type=int, default=None,
               help="daemon arms: daemon.sample_size_max (default: the product's, 4 × sample_size; "
                    "32 = the config's sample_size = demand sampling off)")
@@ -343,9 +346,10 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
                        steps_per_round=steps_per_round or settings.steps_per_round,
                        sample_size_max=sample_size_max)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
-    unknown = [a for a in chosen if a not in ARMS + LAB_ARMS]
+    known = (*ARMS, *LAB_ARMS, FOLLOW_ARM)
+    unknown = [a for a in chosen if a not in known]
     if unknown:
-        raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(ARMS + LAB_ARMS)}")
+        raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(known)}")
     kinds = {r.strip() for r in (rows or ("synthetic" if powered else "synthetic,lm")).split(",") if r.strip()}
     check_setup(chosen, kinds, quick, device)
     n = 1 if quick else 5 if powered else 3
@@ -374,7 +378,7 @@ def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str
             require_reasoning_gym()
         except RuntimeError as exc:
             raise click.UsageError(str(exc)) from None
-    lab = [a for a in arms if a in LAB_ARMS]
+    lab = [a for a in arms if a in (*LAB_ARMS, FOLLOW_ARM)]
     if lab and "lm" in kinds and not quick:
         raise click.UsageError(f"arm(s) {', '.join(lab)} run on the synthetic row only: pass --rows synthetic")
     if kinds - {"synthetic", "lm"}:

@@ -14,7 +14,12 @@ Arms (same solver start, same trainer steps, same daemon spot-check budget per c
   one the trainer acks and announces under, and ``frontier.drift_budget_share = 0``. Its spot-checks
   stay on the cycle-0 solver — one PROPEL run whose labels never see the trainer's checkpoints;
 * ``base`` — valid tasks sampled from the untrained (bootstrapped, no RL) generator, imported;
-* ``corpus`` — tasks drawn from the bootstrap corpus (the generator's pre-training distribution), imported.
+* ``corpus`` — tasks drawn from the bootstrap corpus (the generator's pre-training distribution), imported;
+* ``trainer_labels`` (opt-in, #35/#36) — ``propel run`` that knows the trainer's solver only through its
+  acks and announces: the daemon's configured solver is its own synthetic one at the default skill (it
+  never reads the trainer's skill file), ``solver.follow = "first_trainer"``, so from the trainer's first
+  ack on there are no spot-checks and the probes, drift and emission learn from trainer labels alone
+  (the product's defaults: refresh every 128 of them, on the newest 256, an exploration share of 15 %).
 
 The *learner* (the trainer's model of the solver) is pluggable: :class:`SyntheticLearner` is the fast
 sanity instrument — ALWAYS labelled synthetic — whose skill (the synthetic solver's offset) rises with
@@ -60,7 +65,8 @@ from testkit.servers import free_port
 
 ARMS = ("continuous", "static", "base", "corpus")
 LAB_ARMS = ("reasoning_gym", "filter")  # what a lab would use instead (testkit/closed_loop_lab.py); opt-in
-DAEMON_ARMS = ("continuous", "static")
+FOLLOW_ARM = "trainer_labels"  # the daemon follows the trainer from its acks alone; opt-in
+DAEMON_ARMS = ("continuous", "static", FOLLOW_ARM)
 SOLVER_NAME = "arith-solver"  # what the trainer acks and announces under
 FROZEN_NAME = "arith-solver-frozen"  # the static daemon's spot-check solver name: the trainer never announces it
 BAND = Band(8, 1, 3, 6)  # the run's utility band (k = 8, 1-3 solves)
@@ -307,6 +313,8 @@ def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
     else:
         name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"
     domain = f"[domain]\noptions = {{ max_ops = {settings.max_ops} }}\n" if settings.max_ops != 6 else ""
+    if arm == FOLLOW_ARM:  # no solver.name, no skill file: the trainer's solver is known only from its acks
+        return f'[solver]\nfollow = "first_trainer"\n{domain}{settings.daemon_extra}'
     return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{domain}{settings.daemon_extra}'
 
 

@@ -62,3 +62,12 @@ def test_comparisons_name_the_best_non_daemon_arm_and_the_paired_in_band_and_wai
     assert out["queue_wait_share"]["continuous"]["n"] == 0, "results without queue_wait_s are left out, not 0"
     diff = out["vs"]["corpus"]["final_heldout_difference"]
     assert diff["mean"] == pytest.approx(0.2) and diff["n"] == 2
+
+
+def test_the_trainer_labels_arm_is_a_daemon_arm_never_the_best_non_daemon_one() -> None:
+    runs = [run("continuous", s, [0.5, 0.6, 0.7, 0.8]) for s in range(2)]
+    runs += [run("trainer_labels", s, [0.6, 0.7, 0.8, 0.9]) for s in range(2)]  # higher, but the daemon's
+    runs += [run("corpus", s, [0.45, 0.5, 0.55, 0.6]) for s in range(2)]
+    out = comparisons(runs)
+    assert out["best_non_daemon"] == "corpus" and set(out["vs"]) == {"trainer_labels", "corpus"}
+    assert out["vs"]["trainer_labels"]["final_heldout_difference"]["mean"] == pytest.approx(-0.1)

@@ -1,0 +1,29 @@
+"""The closed loop's daemon configs per arm: what each daemon is told about the trainer's solver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.config import PropelConfig, load_config
+from testkit.closed_loop import FOLLOW_ARM, SOLVER_NAME, LoopSettings, daemon_extra
+from testkit.configs import write_config
+
+SKILL = 'synthetic_skill_file = "/tmp/skills.json"\n'
+
+
+def config(tmp_path: Path, arm: str) -> PropelConfig:
+    path = write_config(tmp_path / f"{arm}.toml", tmp_path / "gen", tmp_path / "data", "sqlite://", f"cl-{arm}",
+                        daemon_extra(arm, LoopSettings(), SKILL))
+    return load_config(path)
+
+
+def test_trainer_labels_daemon_knows_the_trainer_only_through_its_acks(tmp_path: Path) -> None:
+    cfg = config(tmp_path, FOLLOW_ARM)
+    assert cfg.solver.follow == "first_trainer" and cfg.solver.name != SOLVER_NAME
+    assert cfg.solver.synthetic_skill_file in (None, "")  # no oracle of the trainer's skill
+    assert cfg.frontier.refresh_every_labels == 0  # the product's defaults, nothing tuned for the arm
+
+
+def test_continuous_daemon_spot_checks_under_the_trainers_name_with_its_skill_file(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "continuous")
+    assert cfg.solver.name == SOLVER_NAME and str(cfg.solver.synthetic_skill_file) == "/tmp/skills.json"
