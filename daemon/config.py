@@ -304,10 +304,10 @@ class FrontierConfig(_Section):
     refresh_every_trainer_labels: int = Field(default=128, ge=0, description="following a trainer "
                                               "(solver.follow): refresh the primary probe after this many of its "
                                               "new labels (0: only on drift)")
-    refresh_trainer_label_window: int = Field(default=256, ge=0, description="following a trainer "
+    refresh_trainer_label_window: int = Field(default=0, ge=0, description="following a trainer "
                                               "(solver.follow): a primary refresh trains and judges on the most "
-                                              "recent N of its labels only, as its solver moves between announces "
-                                              "(0: every usable label)")
+                                              "recent N of its labels only (0: every usable label; 256 measured no "
+                                              "different from 0, benchmarks/results/follow_trainer_label_window)")
 
 
 class RLConfig(_Section):

@@ -93,8 +93,7 @@ def switch(now: Followed, state: DriverState) -> bool:
 
 def frontier_settings(settings: FrontierSettings, trainer: bool) -> FrontierSettings:
     """A trainer's solver refreshes the primary every ``refresh_every_trainer_labels`` of its labels, on its
-    newest ``refresh_trainer_label_window`` labels: it learns between its announces, so a version's first
-    labels describe a weaker solver than its last."""
+    newest ``refresh_trainer_label_window`` labels when that is set (0, the default: all usable ones)."""
     if not trainer:
         return settings
     return replace(settings, refresh_every_labels=settings.refresh_every_trainer_labels,

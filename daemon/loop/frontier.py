@@ -47,7 +47,7 @@ class FrontierSettings:
     refresh_drift_threshold: float = 0.3
     refresh_every_labels: int = 0
     refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
-    refresh_trainer_label_window: int = 256  # following a trainer's solver: its newest labels a refresh uses
+    refresh_trainer_label_window: int = 0  # following a trainer's solver: its newest labels a refresh uses (0: all)
     refresh_recent_labels: int = 0  # in effect: a refresh uses only the newest N usable labels (0: all)
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32

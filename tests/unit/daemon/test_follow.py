@@ -44,3 +44,4 @@ def test_a_trainer_refreshes_on_its_newest_labels_only() -> None:
     base = FrontierSettings(refresh_trainer_label_window=256)
     assert frontier_settings(base, trainer=True).refresh_recent_labels == 256
     assert frontier_settings(base, trainer=False).refresh_recent_labels == 0  # a spot-checked solver: all usable
+    assert frontier_settings(FrontierSettings(), trainer=True).refresh_recent_labels == 0  # the default: all
