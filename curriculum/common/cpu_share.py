@@ -10,7 +10,10 @@ again while the job runs:
   last interval, is what the other processes use, in cores;
 * a second thread is taken only while at least :data:`SPARE_FOR_SECOND` cores are otherwise idle, and
   more than :data:`MAX_AUTO_THREADS` are never taken (larger counts were never measured for these ops);
-* where ``/proc/stat`` does not exist (macOS, Windows) the answer stays 1 thread, the old default.
+* where ``/proc/stat`` does not exist (macOS, Windows) the answer stays 1 thread, the old default;
+* the cores counted are those this process may run on: its CPU affinity, and a cgroup v2 CPU quota
+  (``cpu.max``, e.g. ``docker --cpus 1``) rounded down, so a container capped at one core of a large
+  host takes one thread.
 
 The 1-minute load average is not used: it lags by a minute, so right after ``pip install`` on an idle
 machine it still reads ~1 and would refuse the second core.
@@ -23,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -35,6 +39,20 @@ MAX_AUTO_THREADS = 2
 SPARE_FOR_SECOND = 1.8
 #: Seconds between re-measurements while a job runs.
 RECHECK_S = 10.0
+#: The cgroup v2 CPU quota of this process's container ("max PERIOD" when unlimited).
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def available_cpus(cpu_max: Path = CPU_MAX) -> int:
+    """Cores this process may use: its affinity, capped by the cgroup CPU quota (rounded down, ≥ 1)."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota to read: the affinity stands
+    return max(1, n)
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,7 @@ class ThreadGovernor:
 
     def __init__(self, fixed: int | None = None, cpus: int | None = None,
                  reader: Callable[[], CpuSample | None] = read_sample, probe_s: float = 0.3) -> None:
-        self.fixed, self.cpus, self.reader = fixed, cpus or os.cpu_count() or 1, reader
+        self.fixed, self.cpus, self.reader = fixed, cpus or available_cpus(), reader
         self.changes: list[tuple[int, float]] = []  # (threads, others' cores) at each decision
         self._last = reader()
         if fixed is None and self._last is not None and probe_s > 0:

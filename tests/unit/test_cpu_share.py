@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,7 +44,7 @@ def test_governor_drops_to_one_thread_when_another_process_arrives_and_back(monk
     before = torch.get_num_threads()
     try:
         # idle at the start; then another process takes a core; then it leaves
-        samples = [CpuSample(0, 0, 0), CpuSample(0.02, 0, 0.3),
+        samples: list[CpuSample | None] = [CpuSample(0, 0, 0), CpuSample(0.02, 0, 0.3),
                    CpuSample(30.02, 20, 10.3), CpuSample(40.02, 30, 20.3)]
         gov = ThreadGovernor(cpus=2, reader=Script(samples), probe_s=0)
         assert gov.threads == 2 and torch.get_num_threads() == 2
@@ -85,3 +86,16 @@ def test_read_sample_on_this_machine_is_monotonic() -> None:
         if second.own > first.own:
             break
     assert second.busy >= first.busy and second.own > first.own >= 0 and second.wall > first.wall
+
+
+@pytest.mark.parametrize(("cpu_max", "cap"), [
+    ("max 100000\n", None),          # no quota: the affinity
+    ("100000 100000\n", 1),          # docker --cpus 1
+    ("150000 100000\n", 1),          # 1.5 cores: one whole one
+    ("50000 100000\n", 1),           # half a core: still one thread, never zero
+    ("garbage\n", None),             # unreadable: the affinity
+])
+def test_available_cpus_honours_the_cgroup_quota(tmp_path: Path, cpu_max: str, cap: int | None) -> None:
+    (tmp_path / "cpu.max").write_text(cpu_max)
+    affinity = cpu_share.available_cpus(tmp_path / "missing")
+    assert cpu_share.available_cpus(tmp_path / "cpu.max") == (affinity if cap is None else min(cap, affinity))
