@@ -81,8 +81,9 @@ def test_read_sample_on_this_machine_is_monotonic() -> None:
     second = first
     for _ in range(200):  # spin until our own CPU time moves on (its clock ticks in 10 ms steps)
         sum(i * i for i in range(50_000))
-        second = cpu_share.read_sample()
-        assert second is not None
+        now = cpu_share.read_sample()
+        assert now is not None
+        second = now
         if second.own > first.own:
             break
     assert second.busy >= first.busy and second.own > first.own >= 0 and second.wall > first.wall
