@@ -74,7 +74,7 @@ def test_governor_without_proc_stat_keeps_one_thread_and_override_wins() -> None
         torch.set_num_threads(before)
 
 
-def test_read_sample_on_this_machine_is_monotonic() -> None:
+def test_read_sample_on_this_machine_only_moves_forward() -> None:
     first = cpu_share.read_sample()
     if first is None:
         pytest.skip("no /proc/stat on this platform: the governor keeps one thread (tested above)")
