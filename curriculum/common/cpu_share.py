@@ -96,10 +96,12 @@ def choose_threads(cpus: int, others: float, max_threads: int = MAX_AUTO_THREADS
 
 class ThreadGovernor:
     """Sets torch's intra-op threads for a job from the others' CPU use; :meth:`tick` re-decides every
-    :data:`RECHECK_S` seconds. ``fixed`` (``PROPEL_BOOTSTRAP_THREADS``) turns the measurement off."""
+    :data:`RECHECK_S` seconds. ``fixed`` (``PROPEL_BOOTSTRAP_THREADS``) turns the measurement off.
+    As a context manager it restores torch's previous thread count on exit."""
 
     def __init__(self, fixed: int | None = None, cpus: int | None = None,
                  reader: Callable[[], CpuSample | None] = read_sample, probe_s: float = 0.3) -> None:
+        self._before = torch.get_num_threads()
         self.fixed, self.cpus, self.reader = fixed, cpus or available_cpus(), reader
         self.changes: list[tuple[int, float]] = []  # (threads, others' cores) at each decision
         self._last = reader()
@@ -122,6 +124,12 @@ class ThreadGovernor:
             torch.set_num_threads(threads)
             log.info("torch threads: %d (other processes use %.1f of %d cores)", threads, others, self.cpus)
         return threads
+
+    def __enter__(self) -> ThreadGovernor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self._before)
 
     def tick(self) -> None:
         """Re-decide if :data:`RECHECK_S` seconds have passed since the last measurement."""

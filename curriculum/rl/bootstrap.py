@@ -207,7 +207,10 @@ def bootstrap_threads() -> ThreadGovernor:
 
     Same recipe, same quality either way; only the wall time changes (``benchmarks/bootstrap_threads.py``:
     idle, 2 threads are 1.6× faster than 1; under load, 2 threads were 14× slower)."""
-    fixed = os.environ.get("PROPEL_BOOTSTRAP_THREADS")
+    fixed = os.environ.get("PROPEL_BOOTSTRAP_THREADS", "").strip()
+    if fixed and not (fixed.isdigit() and int(fixed) >= 1):
+        raise ValueError(f"PROPEL_BOOTSTRAP_THREADS must be a whole number ≥ 1, got {fixed!r}: set it so, "
+                         "or unset it to let the bootstrap measure the machine")
     return ThreadGovernor(fixed=int(fixed) if fixed else None)
 
 
@@ -252,16 +255,12 @@ def bootstrap(domain: str = "arith", data_dir: Path | str = "data", steps: int |
     model = tiny_qwen2(tokenizer, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
                        num_heads=settings.num_heads, seed=settings.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    before = torch.get_num_threads()
-    try:
-        threads = bootstrap_threads()
+    with bootstrap_threads() as threads:
         started = time.perf_counter()
         loss = train(model, tokenizer, settings, show_progress=show_progress, corpus=corpus, threads=threads)
         train_s = time.perf_counter() - started
         validity = measure_validity(model, tokenizer, settings.eval_samples, settings.seed + 1,
                                     settings.max_new_tokens, corpus)
-    finally:
-        torch.set_num_threads(before)
     save_tiny(model, tokenizer, target)
     meta = {"domain": domain, "settings": asdict(settings), "corpus_version": CORPUS_VERSION,
             "n_params": n_params, "train_s": train_s, "final_loss": loss, "validity": validity,

@@ -116,3 +116,12 @@ def test_bootstrap_without_override_measures_the_machine(monkeypatch: pytest.Mon
 def test_swe_bootstrap_without_fetched_repositories_says_what_to_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"no fetched, preflighted SWE repository.*`propel swe fetch`"):
         bootstrap("swe", tmp_path, domain_options={"cache_dir": str(tmp_path / "empty-cache")})
+
+
+@pytest.mark.parametrize("bad", ["two", "0", "-1", "1.5"])
+def test_a_bad_thread_override_is_one_line_naming_the_fix(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    from curriculum.rl import bootstrap as boot
+
+    monkeypatch.setenv("PROPEL_BOOTSTRAP_THREADS", bad)
+    with pytest.raises(ValueError, match=r"PROPEL_BOOTSTRAP_THREADS must be a whole number ≥ 1, got .*unset it"):
+        boot.bootstrap_threads()
