@@ -38,7 +38,8 @@ from testkit.soak import rss_mib
 #: per-cycle metrics copied from the daemon's metric table (its own validity, topic share, spending, timing)
 CYCLE_METRICS = ("validity", "top_topic_share", "predicted_utility", "spotcheck_utility", "spotcheck_dispatched",
                  "solver_trials", "labelled", "false_positives", "emitted", "retrained", "solver_budget_used",
-                 "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds", "emit_seconds")
+                 "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds", "emit_seconds",
+                 "backpressure")
 #: the always-on health signals (issue #34), recorded when the daemon writes them
 HEALTH_METRICS = ("verified_utility", "verified_labels", "probes_suspect", "topic_js", "rolled_back",
                   "emission_stalled", "emit_idle_cycles", "pause_emission", "spotcheck_tokens", "solver_budget_left")

@@ -76,6 +76,7 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "solver_trials": sum(r.metrics.get("solver_trials", 0.0) for r in records),
         "spotchecks_per_cycle": [int(r.metrics.get("spotcheck_dispatched", 0.0)) for r in records],
         "emitted_per_cycle": [len(r.emitted_in_band) for r in records],
+        "queue_full_cycles": sum(1 for r in records if _queue_full(r)),
         "predicted_utility": _mean([r.metrics[PRED] for r in records if PRED in r.metrics]),
         "rss_mib": records[-1].rss_mib, "wall_s": records[-1].wall_s,
         "health": {m: [min(v), _mean(v), max(v)] for m in HEALTH_METRICS
@@ -85,12 +86,18 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
     }
 
 
+def _queue_full(r: CycleRecord) -> bool:
+    """The queue was at its high-water mark at the emit phase: nothing may be emitted (backpressure, said
+    on the dashboard as the ``backpressure`` degraded reason), which is no stall."""
+    return r.metrics.get("backpressure", 0.0) > 0
+
+
 def _stalls(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
-    """Stretches of ≥ STALL_CYCLES cycles without an emitted task, with what the daemon said in them
-    (degraded reasons and alerts that name emission)."""
+    """Stretches of ≥ STALL_CYCLES cycles without an emitted task while the queue had room, with what the
+    daemon said in them (degraded reasons and alerts that name emission). A full queue ends a stretch."""
     out, start = [], None
     for i, r in enumerate([*records, None]):
-        if r is not None and not r.emitted_in_band:
+        if r is not None and not r.emitted_in_band and not _queue_full(r):
             start = i if start is None else start
             continue
         if start is not None and i - start >= STALL_CYCLES:

@@ -53,6 +53,18 @@ def test_a_silent_emission_stall_fails_and_one_with_a_named_reason_passes() -> N
     assert goals([block(short)], short, BASE, [])["emission_never_stops_silently"]["stalls"] == []
 
 
+def test_a_full_queue_is_backpressure_not_a_stall() -> None:
+    full = [rec(c, [], [0.3]) for c in range(12)]
+    for r in full[2:]:
+        r.metrics["backpressure"] = 1.0  # the queue at its high-water mark from cycle 2 on
+    g = goals([block(full)], full, BASE, [])["emission_never_stops_silently"]
+    assert g == {"met": True, "stalls": []} and block(full)["queue_full_cycles"] == 10
+    full[11].metrics["backpressure"] = 0.0  # room again, still nothing emitted: counting restarts there
+    stalled = full + [rec(c, [], [0.3]) for c in range(12, 21)]
+    assert goals([block(stalled)], stalled, BASE, [])["emission_never_stops_silently"]["stalls"] == [
+        {"cycles": [11, 20], "raised": []}]
+
+
 def test_recovery_compares_cycles_12_to_19_after_the_jump_with_the_8_before() -> None:
     records = [rec(c, [0.5] if c < 8 else [0.2] if c < 20 else [0.45], [0.3]) for c in range(28)]
     jump = [{"version": "v1", "before_cycle": 8, "skill": 7.0}]
