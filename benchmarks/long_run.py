@@ -136,6 +136,10 @@ def plot(data: dict[str, Any], path: Path) -> None:
 
         row[0].plot(x, series("emitted_in_band"), marker="o", ms=3, label="emitted")
         row[0].plot(x, series("valid_in_band"), marker="o", ms=3, label="all valid sampled")
+        if all("top_quarter_margin" in b for b in blocks):  # results written before it lack the key
+            top = [v + (b["top_quarter_margin"] or float("nan")) for v, b in zip(series("valid_in_band"), blocks,
+                                                                                 strict=True)]
+            row[0].plot(x, top, ls="--", lw=1, label="top quarter by probe score")
         if sc.get("untrained") and sc["untrained"].get("in_band") is not None:
             row[0].axhline(sc["untrained"]["in_band"], color="gray", ls=":", label="untrained generator")
         for a in sc.get("announced", []):
@@ -170,14 +174,16 @@ def table(data: dict[str, Any]) -> str:
                   f"Self-BLEU-3 {_f(base.get('self_bleu3'))}; announced "
                   + (", ".join(f"{a['version']} (skill {a['skill']:g}) before {a['before_cycle']}"
                                for a in sc["announced"]) or "none"), "",
-                  "| cycles | spot-checks | emitted (n) | emitted in band | all valid in band | margin | validity "
-                  "min / mean | max top topic | Self-BLEU-3 | Distinct-3 | trials | alerts | degraded | RSS MiB |",
-                  "|" + "---|" * 14]
+                  "| cycles | spot-checks | emitted (n) | emitted in band | all valid in band | margin | probe ρ | "
+                  "top-¼ gain | validity min / mean | max top topic | Self-BLEU-3 | Distinct-3 | trials | alerts | "
+                  "degraded | RSS MiB |",
+                  "|" + "---|" * 16]
         for b in sc["blocks"]:
             spots = b["spotchecks_per_cycle"]
             lines.append(f"| {b['cycles'][0]}–{b['cycles'][1]} | {sum(spots)} ({sum(1 for x in spots if x)}/"
                          f"{len(spots)} cycles) | {b['emitted']} | {_f(b['emitted_in_band'])} | "
-                         f"{_f(b['valid_in_band'])} | {_f(b['gate_margin'])} | {_f(b['validity_min'])} / "
+                         f"{_f(b['valid_in_band'])} | {_f(b['gate_margin'])} | {_f(b.get('probe_spearman'))} | "
+                         f"{_f(b.get('top_quarter_margin'))} | {_f(b['validity_min'])} / "
                          f"{_f(b['validity_mean'])} | {_f(b['top_topic_share_max'])} | {_f(b['self_bleu3'])} | "
                          f"{_f(b['distinct3'])} | {b['solver_trials']:.0f} | {', '.join(sorted(set(b['alerts'])))} | "
                          f"{', '.join(b['degraded'])} | {b['rss_mib']:.0f} |")

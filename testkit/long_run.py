@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from curriculum.store import solver_versions
+from curriculum.store import lineage, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import AlertRow, MetricPoint, QueueItem, TaskRow
 from daemon.config import PropelConfig, load_config
@@ -148,6 +148,7 @@ class CycleRecord:
     degraded: list[str]
     rss_mib: float
     observe_s: float = 0.0  # what this observation cost the daemon's loop (it runs between two phases)
+    valid_scores: list[float | None] = field(default_factory=list)  # the probes' latest probability per valid task
 
 
 @dataclass
@@ -205,8 +206,9 @@ class Observer(Progress):
         assert self.driver is not None, "the observer records once the driver is built"
         run_id, t0 = self.driver.run_id, time.perf_counter()
         with self.store.session() as s:
-            tasks = s.execute(select(TaskRow.text, TaskRow.topic).where(
+            tasks = s.execute(select(TaskRow.id, TaskRow.text, TaskRow.topic).where(
                 TaskRow.run_id == run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
+            scores = lineage.latest_scores(s, [t.id for t in tasks])
             queued = s.execute(select(QueueItem.id, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
                                .where(QueueItem.run_id == run_id, QueueItem.id > self.last_queue_id)).all()
             metrics = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
@@ -219,6 +221,7 @@ class Observer(Progress):
             cycle=cycle, version=self.in_band.version, wall_s=time.perf_counter() - self.started,
             valid_in_band=[self.in_band(t.text) for t in tasks], valid_texts=[t.text for t in tasks],
             valid_topics=[t.topic for t in tasks], emitted_in_band=[self.in_band(q.text) for q in queued],
+            valid_scores=[scores[t.id][1] if t.id in scores else None for t in tasks],
             metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS or k in HEALTH_METRICS},
             alerts=[{"rule": a.rule, "mitigation": a.mitigation, "value": float(a.value)} for a in alerts],
             degraded=degraded, rss_mib=rss_mib(), observe_s=time.perf_counter() - t0)

@@ -54,6 +54,44 @@ def spot_gaps(records: Sequence[CycleRecord]) -> tuple[int, float]:
     return longest_c, longest_s
 
 
+def _ranks(xs: Sequence[float]) -> list[float]:
+    """Average ranks (ties share their mean rank)."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    out = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2
+        i = j + 1
+    return out
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (None when either side is constant or fewer than 3 pairs)."""
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return cov / (va * vb) ** 0.5 if va > 0 and vb > 0 else None
+
+
+def ranking(r: CycleRecord, top: float = 0.25) -> tuple[float | None, float | None]:
+    """How well the probes rank one cycle's valid tasks by their exact in-band probability: Spearman's
+    correlation, and the in-band of the ``top`` share by probe score minus that of all (what a gate
+    emitting that share would gain). None without scores."""
+    pairs = [(p, y) for p, y in zip(r.valid_scores, r.valid_in_band, strict=False) if p is not None]
+    if len(pairs) < 3:
+        return None, None
+    best = sorted(pairs, key=lambda py: -py[0])[:max(1, round(top * len(pairs)))]
+    return (spearman([p for p, _ in pairs], [y for _, y in pairs]),
+            sum(y for _, y in best) / len(best) - sum(y for _, y in pairs) / len(pairs))
+
+
 def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
     """One block of consecutive cycles."""
     emitted = [p for r in records for p in r.emitted_in_band]
@@ -63,10 +101,14 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
     div = diversity([t for r in records for t in r.valid_texts], [t for r in records for t in r.valid_topics])
     em, va = _mean(emitted), _mean(valid)
     phases = ("rl", "sample", "spotcheck", "retrain", "emit")
+    ranked = [ranking(r) for r in records]
     return {
         "cycles": [records[0].cycle, records[-1].cycle], "version": records[-1].version,
         "emitted": len(emitted), "emitted_in_band": em, "valid_sampled": len(valid),
         "valid_in_band": va, "gate_margin": em - va if em is not None and va is not None else None,
+        # the probes' ranking of each cycle's valid tasks (mean over the block's cycles): can a gate select?
+        "probe_spearman": _mean([x for x, _ in ranked if x is not None]),
+        "top_quarter_margin": _mean([m for _, m in ranked if m is not None]),
         "validity_mean": _mean(validity), "validity_min": min(validity, default=None),
         "top_topic_share_max": max(top, default=None), "block_top_topic_share": div["top_topic_share"],
         "self_bleu3": div["self_bleu3"], "distinct3": div["distinct3"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from testkit.long_run import CycleRecord, Scenario
-from testkit.long_run_report import block, goals, spot_gaps
+from testkit.long_run_report import block, goals, ranking, spearman, spot_gaps
 
 TEXTS = ["1+2", "3*4", "5-1", "7+8", "9*2", "6-3"]
 
@@ -93,3 +93,20 @@ def test_the_untrained_reference_follows_the_blocks_solver_version() -> None:
     jump = [{"version": "v1", "before_cycle": 0, "skill": 7.0, "untrained_in_band": 0.3}]
     g = goals([b], records, BASE, jump)["emitted_vs_2x_untrained"]
     assert g["met"] is False and g["untrained_in_band"] == {"": 0.2, "v1": 0.3}  # 0.5 < 2 × 0.3
+
+
+def test_spearman_uses_ranks_with_ties_and_is_none_when_a_side_is_constant() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == 1.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert abs(spearman([1, 1, 2, 3], [1, 2, 3, 4]) - 0.9486832980505138) < 1e-12  # tied scores share a rank
+    assert spearman([1, 1, 1], [1, 2, 3]) is None and spearman([1, 2], [1, 2]) is None
+
+
+def test_ranking_says_what_a_top_quarter_gate_would_gain_over_all_valid_tasks() -> None:
+    r = rec(0, [], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9])
+    r.valid_scores = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, None]  # the unscored task is left out
+    rho, gain = ranking(r)
+    assert rho == 1.0 and abs(gain - (0.65 - 0.4)) < 1e-12  # top 2 of 7: (0.6 + 0.7) / 2 vs the mean 0.4
+    b = block([r])
+    assert b["probe_spearman"] == 1.0 and abs(b["top_quarter_margin"] - 0.25) < 1e-12
+    assert block([rec(1, [], [0.3, 0.4])])["probe_spearman"] is None  # no scores recorded
