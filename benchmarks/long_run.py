@@ -19,6 +19,7 @@ run keeps its data); ``--plot-only`` re-renders the PNG from it.
     python -m benchmarks.long_run --quick               # a few cycles: checks the wiring
     python -m benchmarks.long_run --plot-only           # the PNG from the JSON
     python -m benchmarks.long_run --set rl.topic_share_weight=0 --name long_run_no_topic   # a setting vs the defaults
+    python -m benchmarks.long_run --set seed=1 --name long_run_seed1                      # another seed
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
 @click.option("--plot-only", is_flag=True, help="re-render the PNG from the JSON, print the block table, exit")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="change one setting of the embedded defaults (repeatable; VALUE read as JSON, else a string), "
-                   "e.g. --set rl.topic_share_weight=0; recorded in the JSON")
+                   "e.g. --set rl.topic_share_weight=0, or --set seed=1 (a top-level setting); recorded in the JSON")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
          plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None) -> None:

@@ -64,11 +64,13 @@ class Scenario:
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:
-    """``SECTION.KEY=VALUE`` (the value read as JSON where it parses, else as a string) → its three parts."""
+    """``SECTION.KEY=VALUE`` or, for a top-level setting, ``KEY=VALUE`` (section ``""``); the value read as
+    JSON where it parses, else as a string → its three parts."""
     key, sep, value = item.partition("=")
-    section, dot, name = key.strip().partition(".")
-    if not sep or not dot or not section or not name:
-        raise ValueError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. rl.topic_share_weight=0")
+    section, dot, name = key.strip().rpartition(".")
+    if not sep or not name or (dot and not section):
+        raise ValueError(f"--set {item!r}: write SECTION.KEY=VALUE (or KEY=VALUE for a top-level setting such "
+                         "as seed), e.g. rl.topic_share_weight=0")
     try:
         parsed: Any = json.loads(value)
     except json.JSONDecodeError:
@@ -77,12 +79,13 @@ def parse_override(item: str) -> tuple[str, str, Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """``raw`` (a config dump) with each ``SECTION.KEY=VALUE`` set; an unknown section or key is an error."""
+    """``raw`` (a config dump) with each override set; an unknown section or key is an error."""
     for item in overrides:
         section, name, value = parse_override(item)
-        if not isinstance(raw.get(section), dict) or name not in raw[section]:
-            raise ValueError(f"--set {item!r}: the config has no {section}.{name}")
-        raw[section][name] = value
+        where = raw.get(section) if section else raw
+        if not isinstance(where, dict) or name not in where or (not section and isinstance(where[name], dict)):
+            raise ValueError(f"--set {item!r}: the config has no setting {item.partition('=')[0].strip()}")
+        where[name] = value
     return raw
 
 

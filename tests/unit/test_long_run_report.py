@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from testkit.long_run import CycleRecord, Scenario
+import pytest
+
+from testkit.long_run import CycleRecord, Scenario, apply_overrides
 from testkit.long_run_report import block, goals, ranking, spearman, spot_gaps
 
 TEXTS = ["1+2", "3*4", "5-1", "7+8", "9*2", "6-3"]
@@ -110,3 +112,12 @@ def test_ranking_says_what_a_top_quarter_gate_would_gain_over_all_valid_tasks() 
     b = block([r])
     assert b["probe_spearman"] == 1.0 and abs(b["top_quarter_margin"] - 0.25) < 1e-12
     assert block([rec(1, [], [0.3, 0.4])])["probe_spearman"] is None  # no scores recorded
+
+
+def test_overrides_set_a_section_key_or_a_top_level_setting_and_name_an_unknown_one() -> None:
+    raw = {"seed": 0, "rl": {"kl_beta": 0.04}}
+    assert apply_overrides(raw, ["seed=3", "rl.kl_beta=0.1"]) == {"seed": 3, "rl": {"kl_beta": 0.1}}
+    for bad, says in (("rl.nope=1", "no setting rl.nope"), ("rl=1", "no setting rl"), ("seed", "KEY=VALUE"),
+                      (".seed=1", "KEY=VALUE")):
+        with pytest.raises(ValueError, match=says):
+            apply_overrides(raw, [bad])
