@@ -362,6 +362,10 @@ class EmissionConfig(_Section):
 
     min_probability: float = Field(default=0.5, ge=0, le=1)
     max_topic_share: float = Field(default=0.4, gt=0, le=1)
+    top_share: float = Field(default=1.0, gt=0, le=1, description="an unverified task is emitted only when its "
+                             "probe probability is also within this top share of the current cycle's valid samples "
+                             "(1: off, min_probability alone); verified in-band tasks always qualify "
+                             "(docs/OPERATIONS.md)")
     high_water_mark: int = Field(default=10_000, ge=1)
     max_attempts: int = Field(default=5, ge=1)
     unverified_grace_s: float = Field(default=3600.0, ge=0, description="while spot-check labels are missing "

@@ -37,7 +37,14 @@ from daemon.loop import follow, hacking, health, pacing
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.harvest import expire_spotchecks, harvest, merge_harvests
 from daemon.loop.messages import frontier_message
-from daemon.loop.phases import Candidate, demand_sample_size, emission_plan, next_phase, should_retrain
+from daemon.loop.phases import (
+    Candidate,
+    demand_sample_size,
+    emission_plan,
+    next_phase,
+    should_retrain,
+    top_share_threshold,
+)
 from daemon.loop.ports import DispatchError, Engine, Retrainer, Scored, SpotChecker
 from daemon.loop.settings import DriverSettings
 from daemon.loop.state import DriverState, PendingCheck, load_state
@@ -487,8 +494,11 @@ class Driver(HealthWatch):
             suspect = health.PROBES_SUSPECT in state.degraded  # suspect probes: a raised bar, or verified only
             verified = (health.verified_only(state.degraded, self.clock(), self.s.unverified_grace_s)
                         or (suspect and self.s.suspect.response == "verified_only"))
+            bar = max(hacking.min_probability(self.s.min_probability, suspect, self.s.suspect),
+                      top_share_threshold([float(r.probability) for r in rows if r.TaskRow.cycle == cycle],
+                                          self.s.top_share))
             plan = set() if state.emission_paused_by else set(emission_plan(
-                cands, min_probability=hacking.min_probability(self.s.min_probability, suspect, self.s.suspect),
+                cands, min_probability=bar,
                 max_topic_share=self.s.max_topic_share,
                 high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
                 verified_only=verified))

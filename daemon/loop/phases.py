@@ -77,6 +77,17 @@ def emission_plan(candidates: Sequence[Candidate], *, min_probability: float, ma
     return chosen
 
 
+def top_share_threshold(scores: Sequence[float], top_share: float) -> float:
+    """The lowest probe probability inside the top ``top_share`` of ``scores`` (one cycle's valid samples):
+    an emission threshold relative to what the policy samples now. An absolute threshold stops selecting
+    once RL has pushed most samples above it (the probe is what RL maximises); a share keeps selecting.
+    0.0 (no bar) when ``top_share ≥ 1`` or there are no scores."""
+    if top_share >= 1.0 or not scores:
+        return 0.0
+    ranked = sorted(scores, reverse=True)
+    return ranked[max(1, math.ceil(top_share * len(ranked))) - 1]
+
+
 def dominant_topic(topics: Sequence[str]) -> tuple[str | None, float]:
     """The most common topic and its share (None, 0.0 for an empty sample)."""
     if not topics:

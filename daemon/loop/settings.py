@@ -30,6 +30,7 @@ class DriverSettings:
     retrain_min_false_positives: int = 8
     min_probability: float = 0.5
     max_topic_share: float = 0.4
+    top_share: float = 1.0  # unverified tasks also need a score in this top share of the cycle's samples
     high_water_mark: int = 10_000
     emit_lookback_cycles: int = 3
     diversity_sample_size: int = 256

@@ -210,6 +210,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         frontier_threshold=cfg.probes.frontier_threshold,
         retrain_min_false_positives=cfg.daemon.retrain_min_false_positives,
         min_probability=cfg.emission.min_probability, max_topic_share=cfg.emission.max_topic_share,
+        top_share=cfg.emission.top_share,
         high_water_mark=cfg.emission.high_water_mark, emit_lookback_cycles=cfg.daemon.emit_lookback_cycles,
         diversity_sample_size=cfg.alerts.sample_size, reference_model=cfg.reference_model,
         probe_arch=cfg.probes.architecture,

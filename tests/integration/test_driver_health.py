@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ from daemon.http.run_status import daemon_status
 from daemon.loop import hacking, health
 from daemon.loop.driver import Driver
 from daemon.loop.hacking import SuspectLimits
+from daemon.loop.phases import top_share_threshold
 from daemon.loop.progress import Progress
 from daemon.loop.rollback import RollbackRule
 from daemon.ops.metrics import build_metrics
@@ -321,3 +323,29 @@ def test_an_emission_pause_ends_after_max_paused_cycles(sqlite_store: Store, tmp
         assert any("the pause ends (health.max_paused_cycles)" in r.getMessage() for r in caplog.records)
     finally:
         hooks.close()
+
+
+def test_top_share_emits_only_the_cycles_best_scored_unverified_tasks(sqlite_store: Store, tmp_path: Path) -> None:
+    """emission.top_share = 0.25: every unverified task emitted in a cycle scores at least the bar the cycle's
+    own valid samples set (its top quarter), while verified in-band tasks go out whatever their score; the
+    bar is what holds the rest back (min_probability is 0 here)."""
+    driver, _ = make_driver(sqlite_store, tmp_path, top_share=0.25, min_probability=0.0,
+                            retrain_min_false_positives=10**6)
+    for _ in range(3):
+        _cycle_values(driver)
+    with sqlite_store.session() as s:
+        rows = s.execute(select(TaskRow.cycle, ProbeScore.probability, QueueItem.task_id, QueueItem.message)
+                         .select_from(TaskRow).join(ProbeScore, lineage.latest_score_of(TaskRow.id))
+                         .join(QueueItem, QueueItem.task_id == TaskRow.id, isouter=True)
+                         .where(TaskRow.valid, TaskRow.run_id == driver.run_id)).all()
+    emitted = 0
+    for cycle in {r.cycle for r in rows}:
+        scores = [r.probability for r in rows if r.cycle == cycle]
+        bar = top_share_threshold(scores, 0.25)
+        assert bar > 0.0, "a quarter of a cycle's samples sets a bar above 0"
+        mine = [r for r in rows if r.cycle == cycle and r.task_id is not None]
+        emitted += len(mine)
+        assert all(r.probability >= bar or (r.message["spot_check"] or {}).get("in_band") for r in mine)
+        assert len([r for r in mine if not (r.message["spot_check"] or {}).get("in_band")]) <= \
+            math.ceil(0.25 * len(scores)) + sum(1 for x in scores if x == bar)
+    assert 0 < emitted <= len(rows) / 2, "with the share off, min_probability 0 would emit nearly every task"

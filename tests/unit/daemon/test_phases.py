@@ -12,6 +12,7 @@ from daemon.loop.phases import (
     emission_plan,
     next_phase,
     should_retrain,
+    top_share_threshold,
 )
 
 
@@ -77,3 +78,15 @@ def test_backpressure_and_paused_topics() -> None:
 def test_dominant_topic() -> None:
     assert dominant_topic(["a", "b", "a", "a"]) == ("a", 0.75)
     assert dominant_topic([]) == (None, 0.0)
+
+
+@pytest.mark.parametrize(("scores", "share", "bar"), [
+    ([0.9, 0.8, 0.7, 0.6], 0.5, 0.8),  # the top half of four: two tasks, the lower of them sets the bar
+    ([0.9, 0.8, 0.7, 0.6], 0.3, 0.8),  # a share rounds up to whole tasks (ceil(1.2) = 2)
+    ([0.6, 0.9, 0.6, 0.6], 0.25, 0.9),  # unsorted input
+    ([0.6, 0.9, 0.6, 0.6], 0.5, 0.6),  # ties at the bar all qualify (emission_plan compares with >=)
+    ([0.9, 0.8], 1.0, 0.0),  # 1: off
+    ([], 0.25, 0.0),  # nothing sampled: no bar from the share
+])
+def test_top_share_threshold(scores: list[float], share: float, bar: float) -> None:
+    assert top_share_threshold(scores, share) == bar
