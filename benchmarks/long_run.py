@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ class Recorder:
         self.current["status"] = "done" if done >= cycles else f"stopped {why} after {done} of {cycles} cycles"
         self.current["exit_code"] = code
         self.current["spot_gap"] = dict(zip(("cycles", "seconds"), report.spot_gaps(self.records), strict=True))
+        self.current["summary"] = report.summary(self.current["blocks"])
         self.write()
 
     def write(self) -> None:
@@ -188,21 +190,32 @@ def table(data: dict[str, Any]) -> str:
                          f"{_f(b['validity_mean'])} | {_f(b['top_topic_share_max'])} | {_f(b['self_bleu3'])} | "
                          f"{_f(b['distinct3'])} | {b['solver_trials']:.0f} | {', '.join(sorted(set(b['alerts'])))} | "
                          f"{', '.join(b['degraded'])} | {b['rss_mib']:.0f} |")
+        if sc.get("summary"):
+            lines += ["", "after the first block: " + ", ".join(f"{k} {_f(v)}" for k, v in sc["summary"].items())]
         lines += ["", "goals: " + "; ".join(f"{k} {'met' if g['met'] else 'NOT met' if g['met'] is False else 'n/a'}"
                                             for k, g in sc["goals"].items()), ""]
     return "\n".join(lines)
 
 
-def check_overrides(overrides: tuple[str, ...]) -> None:
-    """``--set`` items the embedded config accepts, or a one-line usage error naming the bad one."""
+def check_overrides(overrides: tuple[str, ...], hint: str = "--set") -> None:
+    """Overrides the embedded config accepts, or a one-line usage error naming the bad one."""
     try:
         PropelConfig.model_validate(apply_overrides(load_config(None).model_dump(mode="json"), overrides))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise click.BadParameter(f"{where}: {first['msg']}", param_hint="--set") from None
+        raise click.BadParameter(f"{where}: {first['msg']}", param_hint=hint) from None
     except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--set") from None
+        raise click.BadParameter(str(err).replace("--set ", ""), param_hint=hint) from None
+
+
+def parse_arm(item: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME`` or ``NAME:KEY=VALUE;KEY=VALUE`` (the arm's overrides, on top of ``--set``) → its parts."""
+    name, _, rest = item.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise click.BadParameter(f"{item!r}: write NAME or NAME:KEY=VALUE;KEY=VALUE (NAME of letters, digits, "
+                                 "_ . + -)", param_hint="--arm")
+    return name, tuple(x.strip() for x in rest.split(";") if x.strip())
 
 
 def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:
@@ -233,12 +246,16 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
               help="where each scenario's run lives (default: a temporary directory)")
 @click.option("--name", default="long_run", show_default=True, help="result file name under benchmarks/results")
 @click.option("--plot-only", is_flag=True, help="re-render the PNG from the JSON, print the block table, exit")
+@click.option("--arm", "arms", multiple=True, metavar="NAME[:KEY=VALUE;...]",
+              help="run every scenario once per arm, side by side in one JSON (scenario key 'frozen[NAME]'), each "
+                   "with its own settings on top of --set, e.g. --arm defaults --arm "
+                   "'paced2k:spotcheck.budget_per_hour=2048;emission.top_share=0.25' --arm 'defaults-s1:seed=1'")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="change one setting of the embedded defaults (repeatable; VALUE read as JSON, else a string), "
                    "e.g. --set rl.topic_share_weight=0, or --set seed=1 (a top-level setting); recorded in the JSON")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
-         plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None) -> None:
+         plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None, arms: tuple[str, ...]) -> None:
     """The daemon on its defaults for N cycles: emitted in-band, diversity, spending and RSS per block."""
     result = RESULTS / f"{name}.json"
     if plot_only:
@@ -253,16 +270,21 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
     if quick:
         cycles, block, rise_every = 4, 2, 2
     rise_every = rise_every or max(1, cycles // 5)
-    check_overrides(overrides)  # before the bootstrap: a typo fails at once
-    plan = scenarios(scenario, cycles, rise_every, rise_step, max_minutes)
+    plan_arms = [parse_arm(a) for a in arms] or [("", ())]
+    check_overrides(overrides)
+    for _, extra in plan_arms:
+        check_overrides(overrides + extra, "--arm")  # before the bootstrap: a typo fails at once
+    plan = [(replace(sc, name=f"{sc.name}[{arm}]") if arm else sc, overrides + extra) for arm, extra in plan_arms
+            for sc in scenarios(scenario, cycles, rise_every, rise_step, max_minutes)]
     rec = Recorder(name, block, {"cycles": cycles, "block": block, "rise_every": rise_every, "rise_step": rise_step,
                                  "max_minutes": max_minutes, "quick": quick, "bootstrap_steps": steps,
-                                 "torch_threads": torch.get_num_threads(), "overrides": list(overrides)})
+                                 "torch_threads": torch.get_num_threads(), "overrides": list(overrides),
+                                 "arms": {arm: list(extra) for arm, extra in plan_arms if arm}})
     generator = cached_generator(data_dir, steps, click.echo)
     with tempfile.TemporaryDirectory(prefix="long_run_") as tmp:
         root = work_dir or Path(tmp)
-        for sc in plan:
-            cfg = embedded_config(root / sc.name, generator, sc, steps, overrides)
+        for sc, settings in plan:
+            cfg = embedded_config(root / sc.name, generator, sc, steps, settings)
             rec.start(sc, cfg.model_dump(mode="json"))
             started = time.perf_counter()
             code, timed_out = run_scenario(cfg, sc, rec.untrained, rec.cycle)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
 import pytest
 
 from testkit.long_run import CycleRecord, Scenario, apply_overrides
-from testkit.long_run_report import block, goals, ranking, spearman, spot_gaps
+from testkit.long_run_report import SUMMARY_KEYS, block, goals, ranking, spearman, spot_gaps, summary
 
 TEXTS = ["1+2", "3*4", "5-1", "7+8", "9*2", "6-3"]
 
@@ -121,3 +122,22 @@ def test_overrides_set_a_section_key_or_a_top_level_setting_and_name_an_unknown_
                       (".seed=1", "KEY=VALUE")):
         with pytest.raises(ValueError, match=says):
             apply_overrides(raw, [bad])
+
+
+def test_summary_leaves_the_first_block_out_and_counts_emitted_per_cycle() -> None:
+    first = block([rec(0, [0.9] * 40, [0.1] * 4)])  # cycle 0's start-up emission
+    later = [block([rec(1, [0.6, 0.4], [0.3, 0.5]), rec(2, [], [0.4])]), block([rec(3, [0.5], [0.5])])]
+    s = summary([first, *later])
+    assert s["emitted_per_cycle"] == 1.0 and abs(s["emitted_in_band"] - (0.5 + 0.5) / 2) < 1e-12
+    assert abs(s["gate_margin"] - (0.1 + 0.0) / 2) < 1e-12 and s["probe_spearman"] is None
+    assert summary([first]) == dict.fromkeys((*SUMMARY_KEYS, "emitted_per_cycle"))
+
+
+def test_an_arm_is_a_name_and_its_settings() -> None:
+    from benchmarks.long_run import parse_arm
+
+    assert parse_arm("defaults") == ("defaults", ())
+    assert parse_arm("paced:spotcheck.budget_per_hour=2048; seed=1") == ("paced", ("spotcheck.budget_per_hour=2048",
+                                                                                    "seed=1"))
+    with pytest.raises(click.BadParameter, match="NAME:KEY=VALUE"):
+        parse_arm("two words")
