@@ -512,7 +512,7 @@ class Driver(HealthWatch):
                                   r.TaskRow.id in explore)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
-            self._emission_health(state, cands, emitted, ready, verified)
+            self._emission_health(state, cands, emitted, ready, verified, bar)
             self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
             texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)

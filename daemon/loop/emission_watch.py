@@ -69,7 +69,7 @@ def emission_stalled(idle: int, limit: int, facts: StallFacts) -> Degradation | 
     else:
         why = f"the best unverified candidate scored {facts.best_unverified:.3f}"
     return Degradation(EMISSION_STALLED, (
-        f"no task emitted for {idle} cycles: {why} against emission.min_probability {facts.threshold:g} "
+        f"no task emitted for {idle} cycles: {why} against the emission bar {facts.threshold:.3g} "
         f"(gate: {facts.gate}); {facts.candidates:,} valid candidates: {facts.verified_in_band:,} verified in band, "
         f"{facts.verified_out_of_band:,} verified out of band, {facts.paused:,} in paused topics; acting: "
         "spot-checks go to the top-scored candidates so verified in-band tasks can be emitted"))

@@ -135,7 +135,7 @@ def test_a_stalled_emission_is_said_with_why_and_acted_on(store: Store, tmp_path
             assert idle[-1] >= 3 and idle[-2] >= 2, idle
             state = driver.state()[2]
             detail = state.degraded[health.EMISSION_STALLED]["detail"]
-            assert "against emission.min_probability 0.999" in detail and "best unverified candidate scored" in detail
+            assert "against the emission bar 0.999" in detail and "best unverified candidate scored" in detail
             assert "valid candidates" in detail and "gate: probe predictions" in detail
             status = daemon_status(store, "drv", frontier=False)
             assert [d["reason"] for d in status["degraded"]] == [health.EMISSION_STALLED]

@@ -34,7 +34,7 @@ def test_stall_facts_count_what_the_emit_phase_saw() -> None:
 @pytest.mark.parametrize(("idle", "limit", "cands", "verified_only", "says"), [
     (9, 10, CANDS, False, None),  # not yet
     (10, 0, CANDS, False, None),  # the check is off
-    (10, 10, CANDS, False, "the best unverified candidate scored 0.494 against emission.min_probability 0.5 "
+    (10, 10, CANDS, False, "the best unverified candidate scored 0.494 against the emission bar 0.5 "
                            "(gate: probe predictions"),
     (12, 10, CANDS, True, "no task emitted for 12 cycles"),
     (10, 10, CANDS, True, "gate: spot-check-verified tasks only"),
