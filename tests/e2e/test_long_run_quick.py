@@ -43,7 +43,13 @@ def test_quick_long_run_drives_both_scenarios_and_writes_blocks(tmp_path: Path) 
             assert b["emitted"] == sum(b["emitted_per_cycle"])
             assert b["emitted_in_band"] is None or 0.0 <= b["emitted_in_band"] <= 1.0
             assert len(b["spotchecks_per_cycle"]) == 2 and b["rss_mib"] > 0
+            # the probes' ranking of each cycle's valid tasks, from the scores the emit phase used
+            assert b["probe_spearman"] is None or -1.0 <= b["probe_spearman"] <= 1.0
+            assert b["top_quarter_margin"] is None or -1.0 <= b["top_quarter_margin"] <= 1.0
+            assert 0 <= b["queue_full_cycles"] <= 2
         assert sc["goals"]["rss_growth_lt_10pct"]["met"] in (True, False)
+        assert set(sc["summary"]) == {"probe_spearman", "top_quarter_margin", "valid_in_band", "emitted_in_band",
+                                      "gate_margin", "emitted_per_cycle"}
     rising = data["scenarios"]["rising"]
     assert [a["version"] for a in rising["announced"]] == ["v1"] and rising["announced"][0]["before_cycle"] == 2
     assert [b["version"] for b in rising["blocks"]] == ["", "v1"]
