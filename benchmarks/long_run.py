@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -48,6 +47,7 @@ from testkit.long_run import (
     apply_overrides,
     cached_generator,
     embedded_config,
+    parse_arm,
     run_scenario,
 )
 
@@ -207,15 +207,6 @@ def check_overrides(overrides: tuple[str, ...], hint: str = "--set") -> None:
         raise click.BadParameter(f"{where}: {first['msg']}", param_hint=hint) from None
     except ValueError as err:
         raise click.BadParameter(str(err).replace("--set ", ""), param_hint=hint) from None
-
-
-def parse_arm(item: str) -> tuple[str, tuple[str, ...]]:
-    """``NAME`` or ``NAME:KEY=VALUE;KEY=VALUE`` (the arm's overrides, on top of ``--set``) → its parts."""
-    name, _, rest = item.partition(":")
-    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-        raise click.BadParameter(f"{item!r}: write NAME or NAME:KEY=VALUE;KEY=VALUE (NAME of letters, digits, "
-                                 "_ . + -)", param_hint="--arm")
-    return name, tuple(x.strip() for x in rest.split(";") if x.strip())
 
 
 def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:

@@ -13,48 +13,13 @@ seed, each arm minus ``--baseline``. Reads any number of long-run JSON files; wr
 from __future__ import annotations
 
 import json
-import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import click
 
 from benchmarks._common import RESULTS, write_result
-from testkit.closed_loop_stats import mean_ci
-
-FIGURES = ("probe_spearman", "top_quarter_margin", "valid_in_band", "emitted_in_band", "gate_margin",
-           "emitted_per_cycle")
-_KEY = re.compile(r"^(?P<scenario>\w+)\[(?P<arm>.+?)(?:-s(?P<seed>\d+))?\]$")
-
-
-def seeds_by_arm(files: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
-    """``arm → seed → summary`` over every ``scenario[arm-sN]`` of ``files`` that finished its run."""
-    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-    for data in files:
-        for key, sc in data["scenarios"].items():
-            m = _KEY.match(key)
-            if m is None or not sc.get("summary") or not str(sc.get("status", "")).startswith("done"):
-                continue
-            arm = f"{m['scenario']}[{m['arm']}]"
-            out[arm][int(m["seed"] or 0)] = sc["summary"]
-    return dict(out)
-
-
-def compare(arms: dict[str, dict[int, dict[str, Any]]], baseline: str) -> dict[str, Any]:
-    """Per arm and figure: mean ± 95 % over seeds, and the paired difference from ``baseline``."""
-    base = arms.get(baseline, {})
-    table: dict[str, Any] = {}
-    for arm, seeds in arms.items():
-        row: dict[str, Any] = {"seeds": sorted(seeds)}
-        for f in FIGURES:
-            row[f] = mean_ci([s[f] for s in seeds.values() if s.get(f) is not None])
-            if arm != baseline:
-                row[f"{f}_minus_baseline"] = mean_ci([seeds[k][f] - base[k][f] for k in seeds if k in base
-                                                      and seeds[k].get(f) is not None
-                                                      and base[k].get(f) is not None])
-        table[arm] = row
-    return table
+from testkit.long_run_arms import FIGURES, compare, seeds_by_arm
 
 
 def plot(table: dict[str, Any], path: Path, title: str) -> None:

@@ -18,6 +18,7 @@ The ``rising`` scenario announces a new solver version every ``rise_every`` cycl
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
 from sqlalchemy import select
 
 from curriculum.store import lineage, solver_versions
@@ -76,6 +78,15 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     except json.JSONDecodeError:
         parsed = value
     return section, name, parsed
+
+
+def parse_arm(item: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME`` or ``NAME:KEY=VALUE;KEY=VALUE`` (the arm's overrides, on top of ``--set``) → its parts."""
+    name, _, rest = item.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise click.BadParameter(f"{item!r}: write NAME or NAME:KEY=VALUE;KEY=VALUE (NAME of letters, digits, "
+                                 "_ . + -)", param_hint="--arm")
+    return name, tuple(x.strip() for x in rest.split(";") if x.strip())
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.long_run_arms import FIGURES, compare, seeds_by_arm
+from testkit.long_run_arms import FIGURES, compare, seeds_by_arm
 
 
 def _summary(v: float) -> dict[str, float]:

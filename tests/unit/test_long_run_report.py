@@ -7,7 +7,7 @@ from typing import Any
 import click
 import pytest
 
-from testkit.long_run import CycleRecord, Scenario, apply_overrides
+from testkit.long_run import CycleRecord, Scenario, apply_overrides, parse_arm
 from testkit.long_run_report import SUMMARY_KEYS, block, goals, ranking, spearman, spot_gaps, summary
 
 TEXTS = ["1+2", "3*4", "5-1", "7+8", "9*2", "6-3"]
@@ -134,8 +134,6 @@ def test_summary_leaves_the_first_block_out_and_counts_emitted_per_cycle() -> No
 
 
 def test_an_arm_is_a_name_and_its_settings() -> None:
-    from benchmarks.long_run import parse_arm
-
     assert parse_arm("defaults") == ("defaults", ())
     assert parse_arm("paced:spotcheck.budget_per_hour=2048; seed=1") == ("paced", ("spotcheck.budget_per_hour=2048",
                                                                                     "seed=1"))
