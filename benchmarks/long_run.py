@@ -206,7 +206,7 @@ def check_overrides(overrides: tuple[str, ...], hint: str = "--set") -> None:
         where = ".".join(str(x) for x in first["loc"])
         raise click.BadParameter(f"{where}: {first['msg']}", param_hint=hint) from None
     except ValueError as err:
-        raise click.BadParameter(str(err).replace("--set ", ""), param_hint=hint) from None
+        raise click.BadParameter(str(err), param_hint=hint) from None
 
 
 def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:

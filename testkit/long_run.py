@@ -71,7 +71,7 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     key, sep, value = item.partition("=")
     section, dot, name = key.strip().rpartition(".")
     if not sep or not name or (dot and not section):
-        raise ValueError(f"--set {item!r}: write SECTION.KEY=VALUE (or KEY=VALUE for a top-level setting such "
+        raise ValueError(f"{item!r}: write SECTION.KEY=VALUE (or KEY=VALUE for a top-level setting such "
                          "as seed), e.g. rl.topic_share_weight=0")
     try:
         parsed: Any = json.loads(value)
@@ -95,7 +95,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         section, name, value = parse_override(item)
         where = raw.get(section) if section else raw
         if not isinstance(where, dict) or name not in where or (not section and isinstance(where[name], dict)):
-            raise ValueError(f"--set {item!r}: the config has no setting {item.partition('=')[0].strip()}")
+            raise ValueError(f"{item!r}: the config has no setting {item.partition('=')[0].strip()}")
         where[name] = value
     return raw
 

@@ -4,10 +4,14 @@ Distinct-3), alerts, degraded reasons, spending, spot-check gaps and RSS; then e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from curriculum.reward.diversity import collapse_metrics
+from probes import metrics
 from testkit.long_run import HEALTH_METRICS, CycleRecord
 
 DIVERSITY_SAMPLE = 256  # texts per Self-BLEU-3 / Distinct-3 measurement (the same size for the baseline)
@@ -54,30 +58,13 @@ def spot_gaps(records: Sequence[CycleRecord]) -> tuple[int, float]:
     return longest_c, longest_s
 
 
-def _ranks(xs: Sequence[float]) -> list[float]:
-    """Average ranks (ties share their mean rank)."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    out = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2
-        i = j + 1
-    return out
-
-
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (None when either side is constant or fewer than 3 pairs)."""
+    """:func:`probes.metrics.spearman` (average ranks for ties), None when either side is constant or there
+    are fewer than 3 pairs."""
     if len(a) < 3:
         return None
-    ra, rb = _ranks(a), _ranks(b)
-    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
-    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
-    return cov / (va * vb) ** 0.5 if va > 0 and vb > 0 else None
+    rho = metrics.spearman(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    return None if math.isnan(rho) else rho
 
 
 def ranking(r: CycleRecord, top: float = 0.25) -> tuple[float | None, float | None]:
