@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -58,6 +59,43 @@ def python_runtime(site_packages: bool, hash_seed: int | None = None) -> PythonR
         binds = tuple(dict.fromkeys((sys.base_prefix, sys.prefix)))
         return PythonRuntime(sys.executable, isolation, binds)
     return PythonRuntime(os.path.realpath(sys.executable), (*isolation, "-S"), (sys.base_prefix,))
+
+
+def unreadable_runtime(runtime: PythonRuntime, *, ancestors: bool) -> str | None:
+    """One line naming the fix when a sandbox uid (neither the owner nor in the group) cannot read the
+    venv the run needs, else ``None``. Python started by such a user does not fail: it silently falls
+    back to the base interpreter without the venv's packages ("No module named pytest").
+    ``ancestors``: the run sees the host's directories above the prefix (rlimit); bubblewrap makes them.
+
+    The base interpreter's own prefix is not checked: where it is unreadable (pyenv under a 0700
+    ``/root``) Python falls back to the system's standard library of the same version, which works."""
+    for prefix in runtime.binds:
+        if prefix == sys.base_prefix:
+            continue
+        for path in [*(_ancestors(prefix) if ancestors else []), prefix]:
+            try:
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError:
+                continue
+            need = stat.S_IXOTH | (stat.S_IROTH if path == prefix else 0)
+            if mode & need != need:
+                return (f"the sandbox user cannot read the Python environment {prefix}: {path} has mode {mode:04o}; "
+                        f"make it readable (chmod o+rx {path}) or keep the checkout in a world-readable directory")
+    return None
+
+
+def unreadable_runtime_result(runtime: PythonRuntime, backend: str, *, ancestors: bool) -> ExecutionResult | None:
+    """:func:`unreadable_runtime` as an infrastructure error (logged once per message), else ``None``."""
+    why = unreadable_runtime(runtime, ancestors=ancestors)
+    if why is None:
+        return None
+    _log_once(why)
+    return ExecutionResult("error", "", "", None, 0.0, 0.0, why, backend, {"infra": True})
+
+
+@functools.lru_cache(maxsize=8)
+def _log_once(message: str) -> None:
+    log.error("sandbox: %s", message)
 
 
 #: ``PYTHONHASHSEED`` accepts 0 to 2**32 - 1 (Python refuses to start otherwise).
@@ -224,6 +262,11 @@ class BubblewrapSandbox:
         too_large = _too_large(code, self.name)
         if too_large is not None:
             return too_large
+        if os.geteuid() == 0:  # the run drops to another uid, which must be able to read the runtime
+            unreadable = unreadable_runtime_result(python_runtime(site_packages, hash_seed), self.name,
+                                                   ancestors=False)
+            if unreadable is not None:
+                return unreadable
         env = python_env(hash_seed)
         uid = run_uid()
         read_fd, write_fd = os.pipe()
@@ -266,8 +309,11 @@ class RlimitSandbox:
         if too_large is not None:
             return too_large
         runtime = python_runtime(site_packages, hash_seed)
-        env = python_env(hash_seed)
         uid = run_uid()
+        unreadable = unreadable_runtime_result(runtime, self.name, ancestors=True) if uid is not None else None
+        if unreadable is not None:
+            return unreadable
+        env = python_env(hash_seed)
         workdir = tempfile.mkdtemp(prefix="propel-sbx-")
         try:
             if uid is not None:

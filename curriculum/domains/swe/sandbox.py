@@ -37,7 +37,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from curriculum.domains.swe.junit import TestResult, parse_junit
-from curriculum.sandbox.backends import NOBODY, PRLIMIT, bwrap_argv, host_symlinks, python_runtime, uid_drop_argv
+from curriculum.sandbox.backends import (
+    NOBODY,
+    PRLIMIT,
+    bwrap_argv,
+    host_symlinks,
+    python_runtime,
+    uid_drop_argv,
+    unreadable_runtime_result,
+)
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits
 from curriculum.sandbox.process import prlimit_argv, run_command
 
@@ -227,6 +235,10 @@ class RlimitSuiteRunner:
         return run_command(argv, b"", shell_env(str(out / "tmp")), limits, self.name, cwd=str(root))
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
+        unreadable = (unreadable_runtime_result(python_runtime(site_packages=True), self.name, ancestors=True)
+                      if self.as_root else None)
+        if unreadable is not None:
+            return finish_run(unreadable, root / REPORT_DIR / "junit.xml", self.name, self.isolation)
         out = prepare_run(root)
         if self.as_root:
             chown_tree(root, NOBODY)
@@ -273,6 +285,10 @@ class BubblewrapSuiteRunner:
                            shell_env(f"{self.mount}/{REPORT_DIR}/tmp"), limits, self.name, signal_offset=128)
 
     def run(self, root: Path, config: SuiteConfig, select: tuple[str, ...] = ()) -> SuiteRun:
+        unreadable = (unreadable_runtime_result(python_runtime(site_packages=True), self.name, ancestors=False)
+                      if os.geteuid() == 0 else None)
+        if unreadable is not None:
+            return finish_run(unreadable, root / REPORT_DIR / "junit.xml", self.name, self.isolation)
         out = prepare_run(root)
         if os.geteuid() == 0:
             chown_tree(root, NOBODY)
