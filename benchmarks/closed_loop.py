@@ -18,8 +18,9 @@ Opt-in (--arms …,reasoning_gym,filter; synthetic row only), what a lab would u
 (testkit/closed_loop_lab.py): reasoning_gym imports each step's batch from Reasoning Gym's arithmetic
 generator at its own curriculum's level; filter rolls out candidates from a static pool and keeps the
 groups with 0 < accuracy < 1 (balanced online difficulty filtering), every rollout counted.
-Opt-in (--arms …,trainer_labels; synthetic row only): the daemon following the trainer from its acks alone
-(no spot-checks of the trainer's solver, testkit/closed_loop.py).
+Opt-in (--arms …,trainer_labels; both rows): the daemon following the trainer from its acks alone
+(no spot-checks of the trainer's solver, testkit/closed_loop.py). On the LM row this is the issue #36
+scenario: the example TRL trainer against the embedded defaults, which know its solver only by its acks.
 
 Per round: the in-band rate of the served tasks measured independently (k = 8 attempts by the checkpoint
 that trained on them, outside every arm's budget), the share of the trainer's GRPO groups with non-zero
@@ -315,8 +316,11 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="result JSON(s) whose per-seed results join this one's (same row); --seeds 0 merges only")
 @click.option("--rounds", type=int, default=None, help="rounds R (default 4; --quick: 2)")
 @click.option("--steps-per-round", type=int, default=None, help="trainer steps per round (default 4; --powered 16)")
+@click.option("--cycles-per-round", type=int, default=None,
+              help="synthetic row, daemon arms: a round starts once the daemon has run this many more cycles, the "
+                   "wait charged to the trainer (default 3; 0: the trainer never waits for cycles, as a real one)")
 @click.option("--arms", default=None, help=f"comma-separated arms (default {','.join(ARMS)}; --powered all six); "
-                                          f"also {', '.join(LAB_ARMS)}, {FOLLOW_ARM} (synthetic row only)")
+                                          f"also {FOLLOW_ARM}, and {', '.join(LAB_ARMS)} (synthetic row only)")
 @click.option("--sample-size-max", type=int, default=None,
               help="daemon arms: daemon.sample_size_max (default: the product's, 4 × sample_size; "
                    "32 = the config's sample_size = demand sampling off)")
@@ -331,20 +335,24 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--lm-seeds", type=int, default=None, help="seeds of the LM row (default: --seeds)")
 @click.option("--lm-steps-per-round", type=int, default=LM_FULL.steps_per_round, show_default=True,
               help="GRPO steps per round of the LM row")
+@click.option("--lm-measure-tasks", type=int, default=LM_FULL.measure_tasks, show_default=True,
+              help="served tasks per round of the LM row whose in-band is measured (k = 8 by the round's checkpoint)")
 @click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
               help="supervised steps of the LM solver before GRPO (cached)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
-         rounds: int | None, steps_per_round: int | None, arms: str | None, sample_size_max: int | None,
-         device: str, generator_steps: int, data_dir: Path, rows: str | None, lm_seeds: int | None,
-         lm_steps_per_round: int, lm_pretrain_steps: int, keep_workdirs: bool, name: str) -> None:
+         rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
+         sample_size_max: int | None, device: str, generator_steps: int, data_dir: Path, rows: str | None,
+         lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
+         keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
     settings = QUICK if quick else POWERED if powered else FULL
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
-                       sample_size_max=sample_size_max)
+                       sample_size_max=sample_size_max,
+                       cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
     known = (*ARMS, *LAB_ARMS, FOLLOW_ARM)
     unknown = [a for a in chosen if a not in known]
@@ -360,7 +368,8 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     if "synthetic" in kinds:
         plan[SYNTHETIC_ROW] = (settings, range(seed_start, seed_start + n))
     if "lm" in kinds and not quick:
-        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds)
+        lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds,
+                              measure_tasks=lm_measure_tasks)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     run(plan, chosen, generator_steps, data_dir.absolute(), name,
@@ -378,7 +387,7 @@ def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str
             require_reasoning_gym()
         except RuntimeError as exc:
             raise click.UsageError(str(exc)) from None
-    lab = [a for a in arms if a in (*LAB_ARMS, FOLLOW_ARM)]
+    lab = [a for a in arms if a in LAB_ARMS]
     if lab and "lm" in kinds and not quick:
         raise click.UsageError(f"arm(s) {', '.join(lab)} run on the synthetic row only: pass --rows synthetic")
     if kinds - {"synthetic", "lm"}:
