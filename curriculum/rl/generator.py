@@ -20,6 +20,12 @@ from curriculum.rl.model import adapter_hash, attach_lora, load_adapter, load_ba
 from curriculum.rl.sampling import sample_completions
 
 
+#: Rows per ``generate`` call of the sample phase. The tiny CPU generator samples 256 tasks in 2.7 ms a
+#: task at 256 rows against 4.9 ms at 64 (per-token overhead spread over more rows); the daemon's demand
+#: sampling draws up to 4 × ``sample_size`` (128 by default) a cycle, so one call covers it.
+SAMPLE_BATCH = 256
+
+
 class GeneratorTrainer:
     """Chunked GRPO + LoRA training of a task generator; see the module docstring."""
 
@@ -63,7 +69,8 @@ class GeneratorTrainer:
         carries part of the task: :func:`~curriculum.domains.base.generation_text`)."""
         prompts = self.domain.generator_prompts(n, seed)
         completions = sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
-                                         self.config.top_p, self.config.max_completion_length)
+                                         self.config.top_p, self.config.max_completion_length,
+                                         batch_size=SAMPLE_BATCH)
         return [generation_text(self.domain, p, c) for p, c in zip(prompts, completions, strict=True)]
 
     def adapter_hash(self) -> str:
