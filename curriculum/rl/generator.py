@@ -19,7 +19,6 @@ from curriculum.rl.config import GeneratorRLConfig
 from curriculum.rl.model import adapter_hash, attach_lora, load_adapter, load_base, save_adapter
 from curriculum.rl.sampling import sample_completions
 
-
 #: Rows per ``generate`` call of the sample phase. The tiny CPU generator samples 256 tasks in 2.7 ms a
 #: task at 256 rows against 4.9 ms at 64 (per-token overhead spread over more rows); the daemon's demand
 #: sampling draws up to 4 × ``sample_size`` (128 by default) a cycle, so one call covers it.
