@@ -107,9 +107,10 @@ def check_command(ctx: click.Context, max_age_s: float | None, no_api: bool, sho
         click.echo(format_containment(get_sandbox(str(cfg.domain.options.get("sandbox", "auto")))))
     limit = max_age_s if max_age_s is not None else cfg.daemon.heartbeat_stale_s
     result = check_live(cfg, limit, require_api=cfg.daemon.serve_api and not no_api)
+    if result.problems:  # the verdict first: a stopped daemon's last degraded reasons come after it
+        click.echo("unhealthy: " + "; ".join(result.problems), err=True)
     for line in result.degraded:
         click.echo(f"degraded: {line}", err=True)
     if result.problems:
-        click.echo("unhealthy: " + "; ".join(result.problems), err=True)
         sys.exit(1)
     click.echo(f"healthy: {result.summary}")
