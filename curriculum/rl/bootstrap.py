@@ -29,7 +29,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -147,9 +147,10 @@ def _lr_factor(step: int, settings: BootstrapSettings) -> float:
 
 def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings: BootstrapSettings,
           show_progress: bool = True, corpus: Corpus | None = None,
-          threads: ThreadGovernor | None = None) -> float:
+          threads: ThreadGovernor | None = None, on_step: Callable[[int], None] | None = None) -> float:
     """Pretrain ``model`` in place on ``corpus`` (default: arith); returns the final (smoothed) loss.
-    ``threads`` re-decides torch's thread count as the machine's load changes (None: leave it)."""
+    ``threads`` re-decides torch's thread count as the machine's load changes (None: leave it);
+    ``on_step`` is called with the number of steps done after each one (measurements along the way)."""
     corpus = corpus or arith_corpus()
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
@@ -158,7 +159,7 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
     model.train()
     smoothed = float("nan")
     with ProgressReporter("bootstrap", settings.steps, unit="steps", mode=None if show_progress else "off") as bar:
-        for _ in range(settings.steps):
+        for step in range(1, settings.steps + 1):
             batch = _encode_batch(tokenizer, corpus.draw(rng, settings.batch_size), corpus.prompt)
             loss = model(**batch).loss
             optim.zero_grad(set_to_none=True)
@@ -171,6 +172,8 @@ def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, settings:
             bar.advance(1, loss=smoothed)
             if threads is not None:
                 threads.tick()
+            if on_step is not None:
+                on_step(step)
     model.eval()
     return smoothed
 
