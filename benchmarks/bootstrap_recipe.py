@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -40,7 +41,9 @@ def run_arm(recipe: Recipe, seed: int, eval_samples: int) -> dict[str, Any]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="propel-recipe-") as tmp:
         result = bootstrap("arith", data_dir=tmp, settings=settings, force=True, show_progress=False)
+        checks = json.loads((result.path / "bootstrap.json").read_text()).get("stop_checks", [])
     return {"recipe": asdict(recipe), "seed": seed, "validity": result.validity, "train_s": result.train_s,
+            "steps_trained": result.steps_trained, "stop_checks": checks,
             "total_s": time.perf_counter() - started, "load_average": [load_before, os.getloadavg()[0]],
             "settings": asdict(settings)}
 
@@ -83,7 +86,8 @@ def search(recipes: list[Recipe], seeds: list[int], eval_samples: int, exhaustiv
         for seed in seeds:
             arm = run_arm(recipe, seed, eval_samples)
             arms.append(arm)
-            print(f"{recipe.label} · seed {seed}: {arm['validity']:.1%} valid, trained in {arm['train_s']:.0f} s "
+            print(f"{recipe.label} · seed {seed}: {arm['validity']:.1%} valid, {arm['steps_trained']:,} steps "
+                  f"trained in {arm['train_s']:.0f} s "
                   f"(load {arm['load_average'][0]:.1f})", flush=True)
             if on_arm is not None:
                 on_arm(arms)

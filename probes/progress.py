@@ -58,7 +58,9 @@ def _field(value: Any) -> str:
     return str(value)
 
 
-def _default_emit(line: str) -> None:
+def progress_note(line: str) -> None:
+    """One line to the ``propel.progress`` logger when logging is configured, else to stderr (progress lines
+    and the notes beside them)."""
     if logging.getLogger().handlers or log.handlers:
         log.info(line)
     else:
@@ -78,7 +80,7 @@ class ProgressReporter:
         if interval_s is None:  # PROPEL_PROGRESS_INTERVAL_S, else 10 s; never above 30 s
             interval_s = float(os.environ.get("PROPEL_PROGRESS_INTERVAL_S") or 10.0)
         self.interval_s = min(max(0.0, interval_s), MAX_INTERVAL_S)
-        self.clock, self.emit = clock, emit or _default_emit
+        self.clock, self.emit = clock, emit or progress_note
         self.stream = stream or sys.stderr
         chosen = mode or current_mode()
         if chosen == "auto":

@@ -41,6 +41,8 @@ def bootstrap(ctx: click.Context, domain: str, data_dir: Path | None, steps: int
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     state = "reused cached model" if result.reused else f"trained in {result.train_s:.0f}s"
+    if result.steps_trained < result.settings.steps:
+        state += f" ({result.steps_trained:,} of {result.settings.steps:,} steps: the validity check passed early)"
     click.echo(f"{domain}: {state}, {result.n_params:,} parameters")
     click.echo(f"model: {result.path}")
     click.echo(f"validity: {result.validity:.1%} of sampled completions are valid {domain} tasks")

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
-from curriculum.rl.bootstrap import BootstrapSettings, bootstrap, load_bootstrapped
+from curriculum.common.pretrain_corpus import Corpus
+from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
+from curriculum.rl.bootstrap import (
+    BootstrapSettings,
+    arith_corpus,
+    bootstrap,
+    early_stop,
+    expression_batch,
+    load_bootstrapped,
+    train,
+)
 from daemon.cli.bootstrap import bootstrap as bootstrap_command
 
 TINY = BootstrapSettings(steps=3, hidden_size=64, num_layers=2, eval_samples=8, max_new_tokens=16)
@@ -59,6 +71,61 @@ def test_full_bootstrap_reaches_95_percent_validity_on_every_seed(tmp_path: Path
     result = bootstrap("arith", tmp_path, show_progress=False, settings=replace(BootstrapSettings(), seed=seed))
     assert 0.8e6 < result.n_params < 1.2e6
     assert result.validity >= 0.95, f"measured validity {result.validity:.3f}"
+
+
+def _scripted_corpus(values: list[float], seen: list[list[str]]) -> Corpus:
+    """The arith corpus whose validity reads the next of ``values`` (and records the samples it scored)."""
+    def validity(samples: list[str]) -> float:
+        seen.append(samples)
+        return values[len(seen) - 1]
+
+    return Corpus(arith_corpus().prompt, expression_batch, validity)
+
+
+STOPPING = replace(TINY, steps=20, warmup_steps=2, stop_from=4, stop_every=4, stop_samples=4, max_new_tokens=4)
+
+
+def test_early_stop_ends_the_training_at_the_first_check_that_passes() -> None:
+    tok = build_char_tokenizer()
+    model = tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0)
+    seen: list[list[str]] = []
+    corpus = _scripted_corpus([0.5, 0.97, 0.99], seen)
+    checks: list[dict[str, float]] = []
+    said: list[str] = []
+    _, trained = train(model, tok, STOPPING, show_progress=False, corpus=corpus,
+                       on_step=early_stop(model, tok, STOPPING, corpus, checks, said.append))
+    assert trained == 8 and checks == [{"step": 4, "validity": 0.5}, {"step": 8, "validity": 0.97}]
+    assert len(seen) == 2 and all(len(batch) == STOPPING.stop_samples for batch in seen)
+    assert "training on" in said[0] and "stopping, 8 of 20 steps" in said[1]
+    assert not model.training  # handed back ready to sample
+
+
+def test_validity_checks_leave_the_training_trajectory_unchanged() -> None:
+    """A check samples under a forked RNG and puts the model back in training mode: a run that is checked
+    (and never stops) ends with the weights of a run that is not."""
+    tok = build_char_tokenizer()
+    never = replace(STOPPING, steps=10)
+    checked, plain = (tiny_qwen2(tok, hidden_size=64, num_layers=2, seed=0) for _ in range(2))
+    corpus = _scripted_corpus([0.1, 0.1], [])
+    checks: list[dict[str, float]] = []
+    _, trained = train(checked, tok, never, show_progress=False, corpus=corpus,
+                       on_step=early_stop(checked, tok, never, corpus, checks, lambda _: None))
+    train(plain, tok, replace(never, stop_validity=0.0), show_progress=False, corpus=corpus)
+    assert trained == 10 and [c["step"] for c in checks] == [4, 8]
+    for (name, a), b in zip(checked.state_dict().items(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+def test_bootstrap_records_the_steps_trained_and_every_check(tmp_path: Path) -> None:
+    """No tiny model samples 100 % valid arithmetic: the check at step 2 fails, the whole schedule runs, and
+    bootstrap.json (and a reuse of it) says so."""
+    settings = replace(TINY, steps=3, stop_validity=1.0, stop_from=2, stop_every=1)
+    first = bootstrap("arith", tmp_path, settings=settings, show_progress=False)
+    meta = json.loads((first.path / "bootstrap.json").read_text())
+    assert first.steps_trained == 3 and meta["steps_trained"] == 3
+    assert [c["step"] for c in meta["stop_checks"]] == [2] and meta["stop_checks"][0]["validity"] < 1.0
+    assert bootstrap("arith", tmp_path, settings=settings, show_progress=False).steps_trained == 3
 
 
 @pytest.mark.slow
