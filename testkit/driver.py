@@ -23,7 +23,7 @@ from curriculum.store.artifacts import ArtifactStore, publish_model
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.loop.driver import Driver, DriverSettings
-from daemon.loop.ports import DispatchError, ReferenceInfo, Scored
+from daemon.loop.ports import DispatchError, ReferenceInfo, Rollouts, Scored
 from daemon.service.retrainer import InProcessRetrainer
 from daemon.service.spot import InProcessSpotChecker
 from probes import FeatureExtractor, FrozenReference, Probe, Scores, load_probe
@@ -74,20 +74,29 @@ class FakeEngine:
         self.rollbacks: list[int] = []
         self.validity_override: float | None = None  # share of valid samples a test forces (None: ~90 %)
         self.topic_collapse = False  # a test forces every valid sample onto one topic (mul:3)
+        self.rollout_batch = 0  # rollouts each RL chunk scores with the real reward (0: none)
+        self.chunk_steps = (0, 0)
 
     @property
     def ensemble(self) -> EnsembleSpec:
         return EnsembleSpec("min", self.members, self.aux)
 
     def rl_chunk(self, steps: int, should_stop: Callable[[], bool], kl_factor: float) -> dict[str, float]:
+        self.chunk_steps = (self.step, self.step + steps)
         self.step += steps
         self.kl_factors.append(kl_factor)
         out = {"reward_mean": 0.1 * self.step, "steps": float(steps)}
+        if self.rollout_batch:  # TRL's rollouts: generated, then scored by the real reward
+            rollouts = self.sample(self.rollout_batch, seed=-self.step)
+            self.reward([""] * len(rollouts), rollouts)
         if self.reward.diversity is not None:
             completions = self.sample(4 * self.reward.group_size, seed=self.step)
             self.reward([""] * len(completions), completions)
             out["diversity_penalty"] = float(self.reward.logs[-1].diversity_penalty or 0.0)
         return out
+
+    def rollouts(self) -> Rollouts:
+        return Rollouts(self.reward.take_rollouts(), *self.chunk_steps)
 
     def sample(self, n: int, seed: int) -> list[str]:
         rng = random.Random(seed)

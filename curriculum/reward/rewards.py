@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -108,8 +109,12 @@ def floor_below(logits: Sequence[float] | np.ndarray, margin: float) -> float:
     return float(values.min() - margin)
 
 
+#: Generations a reward keeps for :meth:`_LoggedReward.take_rollouts` (the oldest go beyond this).
+ROLLOUT_KEEP = 4096
+
+
 class _LoggedReward:
-    """Shared plumbing: validation, logging, TRL ``log_metric`` forwarding."""
+    """Shared plumbing: validation, logging, TRL ``log_metric`` forwarding, the rollouts it scored."""
 
     __name__ = "reward"
 
@@ -117,14 +122,25 @@ class _LoggedReward:
         self.domain = domain
         self.group_size = group_size
         self.logs: list[RewardCallLog] = []
+        self.rollouts: deque[str] = deque(maxlen=ROLLOUT_KEEP)
+
+    def take_rollouts(self) -> list[str]:
+        """The generations validated since the last call, oldest first (what the domain parses, as
+        :meth:`GeneratorTrainer.sample <curriculum.rl.generator.GeneratorTrainer.sample>` returns them):
+        the RL chunk's rollouts, which the daemon offers for emission beside its sample."""
+        out = list(self.rollouts)
+        self.rollouts.clear()
+        return out
 
     def _validate(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[Validity]:
         """Validity of each generation (its prompt joined in where the domain's prompt carries part of
         the task: :func:`~curriculum.domains.base.generation_text`)."""
         if len(prompts) != len(completions):
             raise RewardError(f"{len(prompts)} prompts for {len(completions)} completions")
-        return self.domain.validate_batch([generation_text(self.domain, completion_text(p), completion_text(c))
-                                           for p, c in zip(prompts, completions, strict=True)])
+        texts = [generation_text(self.domain, completion_text(p), completion_text(c))
+                 for p, c in zip(prompts, completions, strict=True)]
+        self.rollouts.extend(texts)
+        return self.domain.validate_batch(texts)
 
     def _record(self, rewards: list[float], valid: Sequence[bool], kwargs: dict[str, Any],
                 clipped: int = 0, trials: int = 0, diversity_penalty: float | None = None,

@@ -182,6 +182,8 @@ class Driver(HealthWatch):
         values["sampled"] = float(n)
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
+        if self.s.emit_rollouts:  # the RL chunk's rollouts, already generated: candidates beside the sample
+            values |= self._store_rollouts(cycle)
         if self.supply is not None:  # finished agent bugs: same checks and lineage, their own provenance
             values |= store_supplied(self.store, self.run_id, self.engine, cycle,
                                      self.supply.take(self.s.seed * 100_003 + cycle))
@@ -189,17 +191,33 @@ class Driver(HealthWatch):
         self._advance("sample", cycle, state)
         return values
 
+    def _store_rollouts(self, cycle: int) -> dict[str, float]:
+        """The last RL chunk's rollouts as tasks of ``cycle`` (#35): generated already, they cost a validity
+        check and a probe score each. Made by the policy during the chunk, they carry no single
+        ``generator_step``/``adapter_hash``: ``payload["generator"]`` is ``rl_rollout`` and
+        ``payload["rl_steps"]`` the chunk's steps. They stay out of the sample's metrics (which describe a
+        fixed-size sample of the policy after the chunk)."""
+        batch = self.engine.rollouts()
+        if not batch.texts:
+            return {"rollouts": 0.0}
+        checks, scored = self._validate_and_score(batch.texts)
+        origin = {"generator": "rl_rollout", "rl_steps": [batch.first_step, batch.end_step]}
+        self._store_sample(cycle, checks, scored, origin)
+        return {"rollouts": float(len(checks)), "rollouts_valid": float(sum(v.valid for v in checks))}
+
     def _validate_and_score(self, texts: Sequence[str]) -> tuple[list[Validity], Scored | None]:
         """The sample's one validate-and-score pass: every later use (stored rows, reward, RVP) reads it."""
         checks = list(self.engine.domain.validate_batch(list(texts)))
         ref_texts = [self.engine.domain.reference_text(v.task) for v in checks if v.valid]
         return checks, (self.engine.score(ref_texts) if ref_texts else None)
 
-    def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None) -> None:
-        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage)."""
-        prov = self.engine.provenance()
+    def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None,
+                      origin: dict[str, Any] | None = None) -> None:
+        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage).
+        ``origin`` (rollouts): payload keys that replace the policy's generator step and adapter hash."""
+        prov = {} if origin else self.engine.provenance()
         new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
-                            payload=v.task.payload, invalid_reason=v.reason,
+                            payload={**v.task.payload, **(origin or {})}, invalid_reason=v.reason,
                             topic=self.engine.domain.topic(v.task) if v.valid else None, cycle=cycle,
                             generator_step=prov.get("generator_step"), adapter_hash=prov.get("adapter_hash"))
                for v in checks]

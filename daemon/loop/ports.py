@@ -31,6 +31,16 @@ class Scored:
 
 
 @dataclass(frozen=True)
+class Rollouts:
+    """The generations the last RL chunk scored (what the domain parses), made by the policy at GRPO steps
+    ``first_step`` … ``end_step − 1``."""
+
+    texts: list[str]
+    first_step: int
+    end_step: int
+
+
+@dataclass(frozen=True)
 class ReferenceInfo:
     """The frozen reference the probes read: what a retrain job needs to load and check it."""
 
@@ -52,6 +62,10 @@ class Engine(Protocol):
 
     def sample(self, n: int, seed: int) -> list[str]:
         """``n`` completions of the current policy."""
+        ...
+
+    def rollouts(self) -> Rollouts:
+        """The RL chunk's rollouts not yet taken (each is returned once)."""
         ...
 
     def score(self, texts: Sequence[str]) -> Scored:

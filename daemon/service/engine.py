@@ -34,7 +34,7 @@ from curriculum.store.artifacts import publish_model
 from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from daemon.config import PropelConfig
-from daemon.loop.ports import ReferenceInfo, Scored
+from daemon.loop.ports import ReferenceInfo, Rollouts, Scored
 from daemon.service.settings import (
     active_pool_samples,
     active_settings,
@@ -109,6 +109,7 @@ class PropelEngine:
             say(f"restored RL checkpoint step {restored} from the artifact store (not in {self.run_dir})")
         self.trainer = GeneratorTrainer(self.rl_cfg, self.run_dir / "generator", domain=self.domain)
         self.pinned_step: int | None = None  # the last healthy generator checkpoint (daemon.loop.rollback)
+        self._rollout_steps = (self.trainer.global_step, self.trainer.global_step)  # the last chunk's steps
         self._published_reference: str | None = None
         self.reference = FrozenReference.load(reference, device="cpu" if use_cpu else "cuda")
         self.spec = FeatureSpec(layer=self.reference.resolve_layer(cfg.probes.layer), pooling=cfg.probes.pooling)
@@ -141,9 +142,12 @@ class PropelEngine:
         self.scorer = ProbeScorer.from_artifacts(self.reference, [local(u) for u in artifact_uris],
                                                  self.cfg.probes.ensemble, [local(u) for u in aux_uris],
                                                  ExtractionConfig(batch_size=self.cfg.reference.batch_size))
+        before: ProbeReward | None = getattr(self, "reward", None)
         self.reward: ProbeReward = build_reward(self.cfg.rl.reward, self.domain, self.scorer, self.calibration_texts,
                                                 self.cfg.rl.num_generations, self.cfg.rl.invalid_floor_margin,
                                                 diversity=self.diversity, topic_share=self.topic_share)
+        if before is not None:  # rollouts not yet taken survive the swap
+            self.reward.rollouts.extend(before.take_rollouts())
         self.say(f"reward {self.cfg.rl.reward} over {len(artifact_uris)} probe(s) "
                  f"({self.cfg.probes.ensemble}) + {len(aux_uris)} aux constraint(s)")
 
@@ -220,6 +224,7 @@ class PropelEngine:
             stats = self.trainer.train_steps(steps, self.reward, self.provenance())
         finally:
             self.trainer.config = self.rl_cfg
+        self._rollout_steps = (stats.start_step, stats.end_step)
         record_checkpoint(self.store, self.run_id, self.artifacts, stats.end_step, stats.adapter_hash,
                           stats.checkpoint, keep=self.rl_cfg.keep_checkpoints,  # a leader elsewhere resumes from it
                           pinned=[self.pinned_step] if self.pinned_step is not None else [])
@@ -250,6 +255,10 @@ class PropelEngine:
 
     def sample(self, n: int, seed: int) -> list[str]:
         return self.trainer.sample(n, seed)
+
+    def rollouts(self) -> Rollouts:
+        texts = self.reward.take_rollouts()
+        return Rollouts(texts, *self._rollout_steps)
 
     def score(self, texts: Sequence[str]) -> Scored:
         scores = self.scorer.score(list(texts))

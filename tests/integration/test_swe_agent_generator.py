@@ -25,7 +25,7 @@ from curriculum.store.db import Store
 from curriculum.store.lineage import EnsembleSpec
 from curriculum.store.models import QueueItem, SolverTrial, TaskRow
 from daemon.loop.driver import Driver, DriverSettings
-from daemon.loop.ports import ReferenceInfo, Scored
+from daemon.loop.ports import ReferenceInfo, Rollouts, Scored
 from daemon.service.runtime import build_spot, build_supply
 from probes.band import Band
 from testkit.driver import QueuedRetrainer
@@ -47,6 +47,9 @@ class SpecEngine:
 
     def sample(self, n: int, seed: int) -> list[str]:
         return [POLICY_SPEC] * n
+
+    def rollouts(self) -> Rollouts:
+        return Rollouts([], 0, 0)
 
     def score(self, texts: Sequence[str]) -> Scored:
         return Scored([2.0] * len(texts), [0.9] * len(texts), EnsembleSpec("min", ("file:///p",), ()))

@@ -199,3 +199,18 @@ def test_gated_valid_rewards_stay_above_the_floor_with_the_term_on(domain, kind:
     assert out[4:] == [reward.floor] * 4
     assert all(r == reward.valid_minimum > reward.floor for r in out[:4])
     assert reward.logs[-1].diversity_penalty == 1.0 and reward.logs[-1].clipped_share == 0.5
+
+
+def test_a_reward_hands_over_the_rollouts_it_validated_once_and_bounded(domain, monkeypatch) -> None:
+    """What TRL scored is what the daemon's sample phase offers for emission (daemon.emit_rollouts)."""
+    import curriculum.reward.rewards as rewards
+
+    reward = HardGateReward(domain, FixedScorer(), floor=-10.0, group_size=4)
+    reward(["Q:"] * 8, VALID + INVALID)
+    reward(["Q:"] * 4, VALID)
+    assert reward.take_rollouts() == VALID + INVALID + VALID  # every generation, valid or not, oldest first
+    assert reward.take_rollouts() == []
+    monkeypatch.setattr(rewards, "ROLLOUT_KEEP", 3)
+    small = HardGateReward(domain, FixedScorer(), floor=-10.0, group_size=4)
+    small(["Q:"] * 4, VALID)
+    assert small.take_rollouts() == VALID[-3:], "a reward nobody drains keeps only the newest"
