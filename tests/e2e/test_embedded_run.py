@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from curriculum.store.db import Store
-from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem
+from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem, TaskRow
 from propel_sdk.schema import FrontierTask
 from tests.e2e.conftest import run_state, start_daemon, write_config
 
@@ -33,7 +33,11 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
             steps = s.scalars(select(GeneratorCheckpoint.step).order_by(GeneratorCheckpoint.step)).all()
             primaries = s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()
             cycles = s.execute(select(func.count(func.distinct(MetricPoint.cycle)))).scalar_one()
+            rollouts = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "rollouts")).all()
+            rollout_tasks = [t for t in s.scalars(select(TaskRow)) if t.payload.get("generator") == "rl_rollout"]
         assert messages, "no task was emitted"
+        # daemon.emit_rollouts (default on): each chunk's GRPO rollouts, taken from TRL's reward calls
+        assert len(rollouts) == 3 and min(rollouts) > 0 and 0 < len(rollout_tasks) <= sum(rollouts)
         for m in messages:
             FrontierTask.model_validate(m)
         # the newest rl.keep_checkpoints rows, and the last healthy one if it is older (the rollback target
