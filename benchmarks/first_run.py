@@ -112,8 +112,9 @@ def stop(proc: subprocess.Popen[str]) -> int | None:
         return proc.wait(timeout=10)
 
 
-def measure(workdir: Path, reuse_venv: Path | None, timeout_s: float) -> dict[str, Any]:
-    """Clone into ``workdir``, ``make run`` there, time each stage; the result record (no files written)."""
+def measure(workdir: Path, reuse_venv: Path | None, timeout_s: float, write_bytecode: bool = False) -> dict[str, Any]:
+    """Clone into ``workdir``, ``make run`` there, time each stage; the result record (no files written).
+    ``write_bytecode``: run without ``PYTHONDONTWRITEBYTECODE`` (as a default Python environment does)."""
     repo = workdir / "propel-curriculum"
     load = LoadSampler()
     load.start()
@@ -123,6 +124,8 @@ def measure(workdir: Path, reuse_venv: Path | None, timeout_s: float) -> dict[st
     (repo / "first_run.toml").write_text(f"[api]\nport = {free_port()}\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PROPEL_CONFIG": str(repo / "first_run.toml"), "TERM": "dumb"}
     env.pop("VIRTUAL_ENV", None)
+    if write_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if reuse_venv is not None:
         env["PYTHONPATH"] = str(repo)
     else:
@@ -139,7 +142,8 @@ def measure(workdir: Path, reuse_venv: Path | None, timeout_s: float) -> dict[st
             "goal_s": GOAL_S, "stretch_s": STRETCH_S, "bootstrap_validity": clock.bootstrap_validity(),
             "packages_installed": clock.packages_installed(), "exit_code_after_sigint": exit_code,
             "load_average": {"at_start": load_start, **load.stop()},
-            "cpus": os.cpu_count(), "log": _daemon_lines(clock.lines)}
+            "cpus": os.cpu_count(), "python_env": {"PYTHONDONTWRITEBYTECODE": env.get("PYTHONDONTWRITEBYTECODE")},
+            "log": _daemon_lines(clock.lines)}
 
 
 def _daemon_lines(lines: Iterable[tuple[float, str]]) -> list[tuple[float, str]]:
@@ -157,6 +161,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="skip the install: run with this existing venv (e.g. .venv of a checkout)")
     parser.add_argument("--timeout-s", type=float, default=1500.0, help="give up after this long (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone (its path is printed)")
+    parser.add_argument("--write-bytecode", action="store_true",
+                        help="unset PYTHONDONTWRITEBYTECODE for the run, as in a default Python environment (then "
+                             "`make run` skips pip's compile step: Python caches what it imports)")
     parser.add_argument("--name", default=None,
                         help="result file stem (default: first_run; first_run_reuse with --reuse-venv)")
     args = parser.parse_args(argv)
@@ -164,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--reuse-venv {args.reuse_venv}: no bin/propel there (run `make install-run` in a checkout)")
     workdir = Path(tempfile.mkdtemp(prefix="propel-first-run-"))
     try:
-        result = measure(workdir, args.reuse_venv.resolve() if args.reuse_venv else None, args.timeout_s)
+        result = measure(workdir, args.reuse_venv.resolve() if args.reuse_venv else None, args.timeout_s,
+                         args.write_bytecode)
     finally:
         if args.keep:
             print(f"[first_run] clone kept in {workdir}")
