@@ -5,11 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 ADAPTERS_STAMP := $(VENV)/.installed-adapters
-# pip compiles every module it installs to bytecode (torch alone: 20 of its 33 s here). Python compiles
-# what it imports on first use and caches it, so skip that step, unless PYTHONDONTWRITEBYTECODE is set:
-# then nothing would be cached and every start would compile again (README, "The first run").
-PIP_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
-PIP    := $(BIN)/pip install --progress-bar off --disable-pip-version-check $(PIP_COMPILE)
+PIP    := $(BIN)/pip install --progress-bar off --disable-pip-version-check
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
@@ -21,7 +17,7 @@ help:  ## list targets
 $(BIN)/python:
 	@PYTHON=$(PYTHON) sh scripts/prereqs run
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(PIP_COMPILE) --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip
 
 # Re-installs only when pyproject.toml changes. torch is pinned and installed first: the CPU
 # wheel of torch==2.13.0 is local here, while an unpinned torch would pull GBs of CUDA packages.
