@@ -324,8 +324,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--sample-size-max", type=int, default=None,
               help="daemon arms: daemon.sample_size_max (default: the product's, 4 × sample_size; "
                    "32 = the config's sample_size = demand sampling off)")
-@click.option("--no-rollouts", is_flag=True,
-              help="daemon arms: daemon.emit_rollouts = false (the RL chunk's rollouts are not emission candidates)")
+@click.option("--rollouts", is_flag=True,
+              help="daemon arms: daemon.emit_rollouts = true (the RL chunk's rollouts join the emission candidates)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--generator-steps", type=int, default=300, show_default=True,
@@ -345,7 +345,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
-         sample_size_max: int | None, no_rollouts: bool, device: str, generator_steps: int, data_dir: Path,
+         sample_size_max: int | None, rollouts: bool, device: str, generator_steps: int, data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
          keep_workdirs: bool, name: str) -> None:
@@ -354,7 +354,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     settings = QUICK if quick else POWERED if powered else FULL
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
-                       sample_size_max=sample_size_max, emit_rollouts=not no_rollouts,
+                       sample_size_max=sample_size_max, emit_rollouts=rollouts,
                        cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
     known = (*ARMS, *LAB_ARMS, FOLLOW_ARM)

@@ -434,8 +434,9 @@ class DaemonConfig(_Section):
     sample_size_max: int | None = Field(default=None, ge=1, description="while trainers drain the queue, a cycle "
                                         "samples up to this many (cap − tasks ready, never below sample_size); "
                                         "default 4 × sample_size; set it to sample_size to turn demand off")
-    emit_rollouts: bool = Field(default=True, description="the RL chunk's rollouts (already generated and "
-                                "scored by the reward) join the cycle's emission candidates beside the sample")
+    emit_rollouts: bool = Field(default=False, description="the RL chunk's rollouts (already generated and "
+                                "scored by the reward) join the cycle's emission candidates beside the sample "
+                                "(off: measured no help to a waiting trainer, docs/OPERATIONS.md)")
     tick_interval_s: float = Field(default=0.5, gt=0, description="APScheduler interval of the driver job")
     retrain_min_false_positives: int = Field(default=8, ge=0, description="0 disables FP-triggered retrains")
     emit_lookback_cycles: int = Field(default=3, ge=1, description="cycles whose tasks may still be emitted")

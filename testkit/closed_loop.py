@@ -93,7 +93,7 @@ class LoopSettings:
     daemon_extra: str = ""  # extra daemon config TOML (appended)
     filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
     sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
-    emit_rollouts: bool = True  # daemon arms: daemon.emit_rollouts (the product's default: on)
+    emit_rollouts: bool = False  # daemon arms: daemon.emit_rollouts (the product's default: off)
     step_s: float = 0.0  # the trainer's pace: a step computes at least this long (0: as fast as the learner)
 
 
@@ -328,7 +328,7 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), f"cl-{arm}"
     extra = daemon_extra(arm, settings, solver_toml)
     keys = "\n".join([*([f"sample_size_max = {settings.sample_size_max}"] if settings.sample_size_max else []),
-                      *([] if settings.emit_rollouts else ["emit_rollouts = false"])])
+                      *(["emit_rollouts = true"] if settings.emit_rollouts else [])])
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
                        seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys)
     log = workdir / "propel.log"

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.slow]
 
 def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path) -> None:
     db = f"sqlite:///{tmp_path / 'propel.db'}"
-    cfg = write_config(tmp_path / "c.toml", tiny_generator, tmp_path / "data", db, "emb")
+    cfg = write_config(tmp_path / "c.toml", tiny_generator, tmp_path / "data", db, "emb",
+                       daemon_keys="emit_rollouts = true")
     log = tmp_path / "daemon.log"
     proc = start_daemon(cfg, log, "--cycles", "3", "--no-api")
     assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
@@ -36,7 +37,7 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
             rollouts = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "rollouts")).all()
             rollout_tasks = [t for t in s.scalars(select(TaskRow)) if t.payload.get("generator") == "rl_rollout"]
         assert messages, "no task was emitted"
-        # daemon.emit_rollouts (default on): each chunk's GRPO rollouts, taken from TRL's reward calls
+        # daemon.emit_rollouts (on here): each chunk's GRPO rollouts, taken from TRL's reward calls
         assert len(rollouts) == 3 and min(rollouts) > 0 and 0 < len(rollout_tasks) <= sum(rollouts)
         for m in messages:
             FrontierTask.model_validate(m)

@@ -69,7 +69,7 @@ VALUES: dict[str, Any] = {
     "api.host": "127.0.0.2", "api.port": 9999, "api.token": "tok", "api.max_body_bytes": 4096,
     "api.work_nice": 5, "api.yield_to_api": False, "api.yield_idle_ms": 250, "api.yield_max_s": 3.0,
     "api.yield_floor": 0.4,
-    "daemon.sample_size": 48, "daemon.sample_size_max": 200, "daemon.emit_rollouts": False,
+    "daemon.sample_size": 48, "daemon.sample_size_max": 200, "daemon.emit_rollouts": True,
     "daemon.tick_interval_s": 0.2,
     "daemon.retrain_min_false_positives": 3,
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
