@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--timeout-s", type=float, default=1500.0, help="give up after this long (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone (its path is printed)")
     parser.add_argument("--write-bytecode", action="store_true",
-                        help="unset PYTHONDONTWRITEBYTECODE for the run, as in a default Python environment (then "
-                             "`make run` skips pip's compile step: Python caches what it imports)")
+                        help="unset PYTHONDONTWRITEBYTECODE for the run, as in a default Python environment "
+                             "(Python then caches the bytecode of what it imports)")
     parser.add_argument("--name", default=None,
                         help="result file stem (default: first_run; first_run_reuse with --reuse-venv)")
     args = parser.parse_args(argv)
