@@ -15,6 +15,7 @@ from curriculum.common.tinymodels import build_char_tokenizer, tiny_qwen2
 from curriculum.rl.bootstrap import (
     BootstrapSettings,
     arith_corpus,
+    batch_loss_backward,
     bootstrap,
     early_stop,
     expression_batch,
@@ -115,6 +116,38 @@ def test_validity_checks_leave_the_training_trajectory_unchanged() -> None:
     assert trained == 10 and [c["step"] for c in checks] == [4, 8]
     for (name, a), b in zip(checked.state_dict().items(), plain.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 7])
+def test_length_buckets_give_the_loss_and_gradient_of_one_padded_batch(buckets: int) -> None:
+    """Micro-batches of similar length change only float rounding: the loss is still the batch's token mean."""
+    import random
+
+    tokenizer, corpus = build_char_tokenizer(), arith_corpus()
+    texts = expression_batch(random.Random(5), 40)
+
+    def loss_and_grad(n: int) -> tuple[float, torch.Tensor]:
+        model = tiny_qwen2(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0)
+        model.train()
+        loss = batch_loss_backward(model, tokenizer, texts, corpus.prompt, n)
+        return loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    model = tiny_qwen2(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0)
+    ids = [[*tokenizer.convert_tokens_to_ids(list(corpus.prompt + t)), tokenizer.eos_token_id] for t in texts]
+    width = max(map(len, ids))
+    input_ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
+    reference = float(model(input_ids=input_ids, attention_mask=mask,
+                            labels=input_ids.masked_fill(mask == 0, -100)).loss)
+    one_loss, one_grad = loss_and_grad(1)
+    loss, grad = loss_and_grad(buckets)
+    assert one_loss == pytest.approx(reference, rel=1e-6)
+    assert loss == pytest.approx(one_loss, rel=1e-6)
+    assert torch.allclose(grad, one_grad, rtol=1e-4, atol=1e-7)
+
+
+def test_length_buckets_key_the_cache() -> None:
+    assert BootstrapSettings(length_buckets=1).cache_key() != BootstrapSettings().cache_key()
 
 
 @pytest.mark.slow
