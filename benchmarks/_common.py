@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,8 +41,11 @@ def scratch_postgres() -> Iterator[str]:
 
 
 def git_commit() -> str:
-    """The commit the numbers come from (``+dirty`` when the work tree has uncommitted changes)."""
+    """The commit the numbers come from (``+dirty`` when the work tree has uncommitted changes). A copy of
+    the tree without ``.git`` (a lent GPU machine) takes ``PROPEL_BENCH_COMMIT``, set by whoever copied it."""
     root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists() and os.environ.get("PROPEL_BENCH_COMMIT"):
+        return os.environ["PROPEL_BENCH_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -59,13 +63,21 @@ def git_commit() -> str:
 COMMIT_AT_START = git_commit()
 
 
+def gpu_info() -> dict[str, Any]:
+    """The visible GPU's name and torch/CUDA versions, when this process has loaded torch and sees one."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return {}
+    return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     """Write ``benchmarks/results/NAME.json`` with the commit the run started on, machine info and a timestamp."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     data = {"benchmark": name, "commit": COMMIT_AT_START,
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()}, **data}
+                        "platform": platform.platform(), **gpu_info()}, **data}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path

@@ -328,6 +328,9 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="daemon arms: daemon.emit_rollouts = true (the RL chunk's rollouts join the emission candidates)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
+@click.option("--daemon-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
+              help="the arms' servers: auto = as --device; cpu = started with no GPU visible (the trainer alone "
+                   "on the GPU)")
 @click.option("--generator-steps", type=int, default=300, show_default=True,
               help="bootstrap steps of the tiny arith generator (cached under DATA_DIR/models)")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".bench/closed_loop"),
@@ -341,13 +344,17 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="served tasks per round of the LM row whose in-band is measured (k = 8 by the round's checkpoint)")
 @click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
               help="supervised steps of the LM solver before GRPO (cached)")
+@click.option("--lm-held-out", type=int, default=LMSettings().held_out, show_default=True,
+              help="fixed held-out two-digit sums the LM row scores at each announce (greedy)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
-         sample_size_max: int | None, rollouts: bool, device: str, generator_steps: int, data_dir: Path,
+         sample_size_max: int | None, rollouts: bool, device: str, daemon_device: str, generator_steps: int,
+         data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
+         lm_held_out: int,
          keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
@@ -355,6 +362,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
                        sample_size_max=sample_size_max, emit_rollouts=rollouts,
+                       daemon_device="cpu" if device == "cpu" else daemon_device,
                        cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
     known = (*ARMS, *LAB_ARMS, FOLLOW_ARM)
@@ -372,11 +380,12 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
         plan[SYNTHETIC_ROW] = (settings, range(seed_start, seed_start + n))
     if "lm" in kinds and not quick:
         lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds,
-                              measure_tasks=lm_measure_tasks)
+                              measure_tasks=lm_measure_tasks, daemon_device=settings.daemon_device,
+                              heldout=lm_held_out)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     run(plan, chosen, generator_steps, data_dir.absolute(), name,
-        LMSettings(pretrain_steps=lm_pretrain_steps, device=device), keep_workdirs, merge_from)
+        LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, device=device), keep_workdirs, merge_from)
 
 
 def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str) -> None:

@@ -95,6 +95,7 @@ class LoopSettings:
     sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
     emit_rollouts: bool = False  # daemon arms: daemon.emit_rollouts (the product's default: off)
     step_s: float = 0.0  # the trainer's pace: a step computes at least this long (0: as fast as the learner)
+    daemon_device: str = "auto"  # the arm's server: "auto" takes a visible GPU, "cpu" is started with none visible
 
 
 @dataclass
@@ -293,12 +294,15 @@ class ArmServer:
             store.dispose()
 
 
-def propel(config: Path, *args: str, log: Path, wait: bool = True) -> subprocess.Popen[bytes]:
-    """Run ``propel --config CONFIG ARGS…`` as a user does (output appended to ``log``)."""
+def propel(config: Path, *args: str, log: Path, wait: bool = True, cpu: bool = False) -> subprocess.Popen[bytes]:
+    """Run ``propel --config CONFIG ARGS…`` as a user does (output appended to ``log``); ``cpu``: with no
+    GPU visible (``CUDA_VISIBLE_DEVICES=""``, how a user keeps the daemon off a GPU box's card)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    if cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "daemon.cli.main", "--config", str(config), *args],
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     if wait and proc.wait() != 0:
         raise RuntimeError(f"propel {' '.join(args)} failed ({proc.returncode}): {log.read_text()[-3000:]}")
     return proc
@@ -333,7 +337,7 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
                        seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys)
     log = workdir / "propel.log"
     if arm in DAEMON_ARMS:
-        proc = propel(cfg, "run", log=log, wait=False)
+        proc = propel(cfg, "run", log=log, wait=False, cpu=settings.daemon_device == "cpu")
     else:
         n = 2 * settings.rounds * settings.steps_per_round * settings.batch  # the trainer may read ahead
         if tasks is None:
@@ -342,7 +346,7 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
         (workdir / "tasks.jsonl").write_text(task_records(tasks, arm, run))
         propel(cfg, "db", "upgrade", log=log)
         propel(cfg, "tasks", "import", str(workdir / "tasks.jsonl"), "--create-run", log=log)
-        proc = propel(cfg, "serve", log=log, wait=False)
+        proc = propel(cfg, "serve", log=log, wait=False, cpu=settings.daemon_device == "cpu")
     server = ArmServer(f"http://127.0.0.1:{port}", db_url, proc, log, run, cfg)
     try:
         yield server

@@ -5,7 +5,9 @@ The round records come from the trainer's metrics (held-out accuracy at each ann
 GRPO groups with non-zero reward variance per round) and from the arm's store, read after the run:
 the tasks a round served are those the trainer acked as the round's version, the daemon's spent
 trials are counted up to each announce. In-band is then measured like the synthetic row's: k attempts
-per sampled served task by the round's checkpoint (loaded with the ``hf`` backend), outside every budget.
+per sampled served task by the round's checkpoint (loaded with the ``hf`` backend, on the GPU with
+``--device cuda``), outside every budget. Trainer seconds run from announce to announce (held-out scoring
+included); the trainer's wait on the queue is not split out here (the TRL stream does not time it).
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ class LMLearner:
 
     synthetic = False
 
-    def __init__(self, arm: str, ckpt: Path, frozen: Path) -> None:
+    def __init__(self, arm: str, ckpt: Path, frozen: Path, device: str = "cpu") -> None:
         self.arm, self.ckpt, self.frozen, self.version = arm, ckpt, frozen, "step-0"
+        # the in-band measurement (k attempts per served task): batched wide on a GPU, as on the CPU before
+        self.options: dict[str, Any] = {"device": "cuda", "batch_size": 512} if device == "cuda" else {}
         self._cache: dict[str, SolverBackend] = {}
 
     def solver_at(self, version: str) -> SolverBackend:
         if version not in self._cache:
-            self._cache[version] = build_solver("hf", model=str(self.ckpt / (version or "step-0")))
+            self._cache[version] = build_solver("hf", model=str(self.ckpt / (version or "step-0")),
+                                                options=self.options)
         return self._cache[version]
 
     def train_step(self, tasks: Any) -> list[int]:  # the example trainer trains; this learner only answers
@@ -75,7 +80,7 @@ def run_lm_arm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, gene
     ckpt, frozen = workdir / "ckpt", workdir / "frozen-step-0"
     shutil.copytree(base, ckpt / "step-0", dirs_exist_ok=True)
     shutil.copytree(base, frozen, dirs_exist_ok=True)
-    learner = LMLearner(arm, ckpt, frozen)
+    learner = LMLearner(arm, ckpt, frozen, lm.device)
     cfg = TrainerConfig(solver_name=SOLVER_NAME, steps=settings.rounds * settings.steps_per_round,
                         announce_every=settings.steps_per_round, checkpoint_dir=ckpt,
                         pretrain_steps=lm.pretrain_steps, pretrain_cache=cache, seed=seed, held_out=lm.held_out,
@@ -112,9 +117,10 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
             share = signal.get(end)
             useful = round((share or 0.0) * groups)
             rollouts += groups * settings.group
-            result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0,
-                                             float(announces[end]["time"]) - float(announces[0]["time"]),
-                                             announces[end]["held_out_accuracy"], rollouts=rollouts))
+            wall = float(announces[end]["time"]) - float(announces[0]["time"])  # held-out scoring included
+            result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0, wall,
+                                             announces[end]["held_out_accuracy"], rollouts=rollouts,
+                                             train_s=round(wall, 3)))
     finally:
         store.dispose()
     return result
