@@ -12,6 +12,7 @@ included); the trainer's wait on the queue is not split out here (the TRL stream
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -115,7 +116,7 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
                     if arm in DAEMON_ARMS else 0
             groups = len(served)
             share = signal.get(end)
-            useful = round((share or 0.0) * groups)
+            useful = round(share * groups) if share is not None and math.isfinite(share) else 0
             rollouts += groups * settings.group
             wall = float(announces[end]["time"]) - float(announces[0]["time"])  # held-out scoring included
             result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0, wall,
