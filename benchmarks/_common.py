@@ -41,10 +41,11 @@ def scratch_postgres() -> Iterator[str]:
 
 
 def git_commit() -> str:
-    """The commit the numbers come from (``+dirty`` when the work tree has uncommitted changes). A copy of
-    the tree without ``.git`` (a lent GPU machine) takes ``PROPEL_BENCH_COMMIT``, set by whoever copied it."""
+    """The commit the numbers come from (``+dirty`` when the work tree has uncommitted changes), or
+    ``PROPEL_BENCH_COMMIT`` when set: a copy of the tree on a lent GPU machine carries the ``.git`` of the
+    session's start, not the commit the copy holds (seen: a run at c0b9b4b recorded ed18ace+dirty)."""
     root = Path(__file__).resolve().parents[1]
-    if not (root / ".git").exists() and os.environ.get("PROPEL_BENCH_COMMIT"):
+    if os.environ.get("PROPEL_BENCH_COMMIT"):
         return os.environ["PROPEL_BENCH_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,

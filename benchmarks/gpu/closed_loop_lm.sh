@@ -4,7 +4,8 @@
 # Prepared on the CPU machine (nothing can be fetched on the GPU machine):
 #   .whl/                 wheels the GPU image lacks (benchmarks/gpu/README.md lists how they are fetched)
 #   .bench/closed_loop/   the pretrained solvers (one per seed) and the bootstrapped generator, built there
-# Run there (the device tool): PROPEL_BENCH_COMMIT=<sha> bash benchmarks/gpu/closed_loop_lm.sh
+# Run there (the device tool): PROPEL_BENCH_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu/closed_loop_lm.sh
+# (the copy there carries a stale .git: the commit must be passed in)
 #
 # 1. installs the wheels under /tmp/site, records the card (nvidia-smi) and checks the imports;
 # 2. runs every (seed, arm) of the LM row as its own process, all at once, each under a deadline: the

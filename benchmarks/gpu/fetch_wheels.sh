@@ -4,7 +4,7 @@
 set -e
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p .whl
-grep -v '^#' benchmarks/gpu/wheels.txt | while read -r pkg; do
+sed 's/#.*//' benchmarks/gpu/wheels.txt | while read -r pkg; do
   [ -n "$pkg" ] || continue
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
