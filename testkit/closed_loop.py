@@ -351,10 +351,10 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
     try:
         yield server
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     import signal
 
     if proc.poll() is None:

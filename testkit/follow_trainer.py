@@ -28,7 +28,7 @@ import httpx
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from probes.band import Band
 from propel_sdk.client import Ack, PropelClient
-from testkit.closed_loop import ArmServer, LoopSettings, SyntheticLearner, _stop, propel, task_of
+from testkit.closed_loop import ArmServer, LoopSettings, SyntheticLearner, propel, stop_process, task_of
 from testkit.configs import write_config
 from testkit.servers import free_port
 
@@ -96,7 +96,7 @@ def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool,
     try:
         yield ArmServer(f"http://127.0.0.1:{port}", db_url, proc, log, run, cfg)
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def lease_some(client: PropelClient, server: ArmServer, n: int, wait_s: float) -> list[Any]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from daemon.config import PropelConfig, load_config
-from testkit.closed_loop import FOLLOW_ARM, SOLVER_NAME, LoopSettings, daemon_extra
+from testkit.closed_loop import FOLLOW_ARM, SOLVER_NAME, LoopSettings, daemon_extra, propel, stop_process
 from testkit.configs import write_config
+from testkit.servers import free_port
 
 SKILL = 'synthetic_skill_file = "/tmp/skills.json"\n'
 
@@ -27,3 +29,22 @@ def test_trainer_labels_daemon_knows_the_trainer_only_through_its_acks(tmp_path:
 def test_continuous_daemon_spot_checks_under_the_trainers_name_with_its_skill_file(tmp_path: Path) -> None:
     cfg = config(tmp_path, "continuous")
     assert cfg.solver.name == SOLVER_NAME and str(cfg.solver.synthetic_skill_file) == "/tmp/skills.json"
+
+
+def test_an_arm_server_started_for_the_cpu_sees_no_gpu(tmp_path: Path, monkeypatch: Any) -> None:
+    """``--daemon-device cpu``: the server process is started with ``CUDA_VISIBLE_DEVICES=""`` (read from
+    the running process), and with the caller's value otherwise."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    path = write_config(tmp_path / "serve.toml", tmp_path / "gen", tmp_path / "data", f"sqlite:///{tmp_path}/p.db",
+                        "cl-static", "", port=free_port())
+    log = tmp_path / "propel.log"
+    propel(path, "db", "upgrade", log=log)
+    seen = {}
+    for cpu in (True, False):
+        proc = propel(path, "serve", log=log, wait=False, cpu=cpu)
+        try:  # Popen returns once the child has exec'd: its environ is the one it was given
+            env = dict(v.split(b"=", 1) for v in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0") if v)
+            seen[cpu] = env.get(b"CUDA_VISIBLE_DEVICES")
+        finally:
+            stop_process(proc)
+    assert seen == {True: b"", False: b"0"}
