@@ -350,7 +350,10 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
               help="supervised steps of the LM solver before GRPO (cached)")
 @click.option("--lm-held-out", type=int, default=LMSettings().held_out, show_default=True,
-              help="fixed held-out two-digit sums the LM row scores at each announce (greedy)")
+              help="fixed held-out problems the LM row scores at each announce (greedy)")
+@click.option("--lm-held-out-kind", type=click.Choice(["sums", "mix"]), default="sums", show_default=True,
+              help="the LM row's held-out: two-digit sums (the pretraining's hard slice) or the arith corpus mix "
+                   "of at most 3 operators (the range the arms serve)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
@@ -359,7 +362,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
          data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
-         lm_held_out: int,
+         lm_held_out: int, lm_held_out_kind: str,
          keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
@@ -390,7 +393,8 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     run(plan, chosen, generator_steps, data_dir.absolute(), name,
-        LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, device=device), keep_workdirs, merge_from)
+        LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,
+                   device=device), keep_workdirs, merge_from)
 
 
 def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str) -> None:

@@ -78,10 +78,28 @@ def solver_prompt(expr: str) -> str:
     return _DOMAIN.solver_prompt(Task("arith", expr))
 
 
-def held_out_set(n: int, seed: int = 12345) -> list[str]:
-    """A fixed held-out set of ``n`` two-digit sums (the corpus's hard slice; a seed apart from it)."""
-    rng = random.Random(f"held-out-{seed}")
-    return [two_digit_sum(rng) for _ in range(n)]
+#: Held-out sets: ``sums``, two-digit sums (the pretraining's hard slice); ``mix``, the generator's
+#: bootstrap corpus mix within ``max_ops`` operators (the range a daemon of that domain serves).
+HELD_OUT_KINDS = ("sums", "mix")
+
+
+def held_out_set(n: int, seed: int = 12345, kind: str = "sums", max_ops: int = 3) -> list[str]:
+    """A fixed held-out set of ``n`` expressions of ``kind`` (:data:`HELD_OUT_KINDS`; a seed apart from
+    every training draw); ``mix`` holds distinct valid expressions of at most ``max_ops`` operators."""
+    rng = random.Random(f"held-out-{seed}" if kind == "sums" else f"held-out-{kind}-{max_ops}-{seed}")
+    if kind == "sums":
+        return [two_digit_sum(rng) for _ in range(n)]
+    if kind != "mix":
+        raise ValueError(f"unknown held-out kind {kind!r}: choose one of {', '.join(HELD_OUT_KINDS)}")
+    from curriculum.rl.bootstrap import expression_batch
+
+    domain, out, seen = ArithDomain(max_ops=max_ops), list[str](), set[str]()
+    while len(out) < n:
+        for v in domain.validate_batch(expression_batch(rng, 4 * n)):
+            if v.valid and v.task.content_hash not in seen and len(out) < n:
+                seen.add(v.task.content_hash)
+                out.append(v.task.text)
+    return out
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:

@@ -52,6 +52,7 @@ class TrainerConfig:
     pretrain_cache: Path = Path(".propel/trainer/pretrained")
     seed: int = 0
     held_out: int = 200  # held-out expressions (0: no held-out accuracy)
+    held_out_kind: str = "sums"  # arith_solver.HELD_OUT_KINDS: two-digit sums, or the corpus mix (≤ 3 operators)
     prompts_per_step: int = 4
     num_generations: int = 8
     max_completion_length: int = 8
@@ -205,7 +206,7 @@ def train(cfg: TrainerConfig, say: Callable[[str], None] = print) -> dict[str, A
     base = arith_solver.pretrained(arith_solver.PretrainSettings(steps=cfg.pretrain_steps, seed=cfg.seed),
                                    cfg.pretrain_cache, say)
     model, tokenizer = arith_solver.load(base)
-    held_out = arith_solver.held_out_set(cfg.held_out)
+    held_out = arith_solver.held_out_set(cfg.held_out, kind=cfg.held_out_kind)
     with PropelClient(cfg.api, token=cfg.token) as client, \
             TaskStream(client, solver=cfg.solver_name, version="step-0", batch=cfg.prompts_per_step,
                        ack_every=cfg.prompts_per_step, lease_s=cfg.lease_s, consumer=cfg.consumer) as stream:
@@ -252,6 +253,9 @@ def parse_args(argv: list[str] | None = None) -> TrainerConfig:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--held-out", type=int, default=d.held_out, help="held-out expressions scored at each "
                    "announce (0: off; default %(default)s)")
+    p.add_argument("--held-out-kind", choices=arith_solver.HELD_OUT_KINDS, default=d.held_out_kind,
+                   help="sums: two-digit sums (the pretraining's hard slice); mix: the arith corpus mix of at most "
+                   "3 operators, the range the daemon serves (default %(default)s)")
     p.add_argument("--learning-rate", type=float, default=d.learning_rate)
     p.add_argument("--log-every", type=int, default=d.log_every, help="progress line every N steps")
     p.add_argument("--metrics-out", type=Path, default=None, help="JSON lines of progress and announces")
@@ -261,7 +265,8 @@ def parse_args(argv: list[str] | None = None) -> TrainerConfig:
     return TrainerConfig(api=a.api, token=a.token, solver_name=a.solver_name, steps=a.steps,
                          announce_every=a.announce_every, checkpoint_dir=a.checkpoint_dir,
                          pretrain_steps=a.pretrain_steps, pretrain_cache=a.pretrain_cache, seed=a.seed,
-                         held_out=a.held_out, learning_rate=a.learning_rate, log_every=a.log_every,
+                         held_out=a.held_out, held_out_kind=a.held_out_kind, learning_rate=a.learning_rate,
+                         log_every=a.log_every,
                          metrics_out=a.metrics_out)
 
 

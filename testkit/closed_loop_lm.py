@@ -33,6 +33,7 @@ class LMSettings:
     pretrain_steps: int = 2500
     prompts_per_step: int = 4
     held_out: int = 200
+    held_out_kind: str = "sums"  # examples.arith_solver.HELD_OUT_KINDS
     learning_rate: float = 1e-4
     device: str = "cpu"  # the trainer's device: cpu or cuda (``--device``)
 
@@ -85,6 +86,7 @@ def run_lm_arm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, gene
     cfg = TrainerConfig(solver_name=SOLVER_NAME, steps=settings.rounds * settings.steps_per_round,
                         announce_every=settings.steps_per_round, checkpoint_dir=ckpt,
                         pretrain_steps=lm.pretrain_steps, pretrain_cache=cache, seed=seed, held_out=lm.held_out,
+                        held_out_kind=lm.held_out_kind,
                         prompts_per_step=lm.prompts_per_step, learning_rate=lm.learning_rate,
                         log_every=settings.steps_per_round, metrics_out=workdir / "trainer.jsonl",
                         extra_grpo={"use_cpu": lm.device == "cpu"})

@@ -14,7 +14,7 @@
 # 3. merges the CPU-daemon parts into one result ($OUT/$NAME.json + .png), the GPU-daemon parts into
 #    $OUT/${NAME}_gpu_daemon.json, and packs the logs.
 # Knobs (environment): SEEDS (5), ARMS, ROUNDS (4), STEPS (50 per round), MEASURE (256), PRETRAIN (2500),
-# HELDOUT (512), GPU_DAEMON_SEEDS (2), DEADLINE_S (seconds for step 2), NAME, DEVICE (cuda).
+# HELDOUT (512), HELDOUT_KIND (mix), GPU_DAEMON_SEEDS (2), DEADLINE_S (seconds for step 2), NAME, DEVICE (cuda).
 set -u
 OUT=${OUT:-/tmp/propel-gpu-out}
 SEEDS=${SEEDS:-5}
@@ -24,6 +24,7 @@ STEPS=${STEPS:-50}
 MEASURE=${MEASURE:-256}
 PRETRAIN=${PRETRAIN:-2500}
 HELDOUT=${HELDOUT:-512}
+HELDOUT_KIND=${HELDOUT_KIND:-mix}  # the run at c0b9b4b used sums (the only kind then)
 DEADLINE_S=${DEADLINE_S:-420}
 GPU_DAEMON_SEEDS=${GPU_DAEMON_SEEDS:-2}
 NAME=${NAME:-closed_loop_lm_gpu}
@@ -55,7 +56,7 @@ say "setup done"
 
 export PROPEL_BENCH_RESULTS=$PARTS
 common=(--rows lm --device "$DEVICE" --rounds "$ROUNDS" --lm-steps-per-round "$STEPS" --lm-measure-tasks "$MEASURE"
-        --lm-held-out "$HELDOUT" --lm-pretrain-steps "$PRETRAIN")
+        --lm-held-out "$HELDOUT" --lm-held-out-kind "$HELDOUT_KIND" --lm-pretrain-steps "$PRETRAIN")
 pids=()
 part() {  # NAME ARM SEED DAEMON_DEVICE: one (seed, arm) in its own process, under the deadline
   timeout "$DEADLINE_S" python3 -m benchmarks.closed_loop "${common[@]}" --daemon-device "$4" --arms "$2" \
