@@ -354,6 +354,10 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--lm-held-out-kind", type=click.Choice(["sums", "mix"]), default="sums", show_default=True,
               help="the LM row's held-out: two-digit sums (the pretraining's hard slice) or the arith corpus mix "
                    "of at most 3 operators (the range the arms serve)")
+@click.option("--lm-learning-rate", type=float, default=LMSettings().learning_rate, show_default=True,
+              help="the LM row's GRPO learning rate")
+@click.option("--lm-prompts-per-step", type=int, default=LMSettings().prompts_per_step, show_default=True,
+              help="the LM row's GRPO prompts per step (each with 8 completions)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
@@ -362,7 +366,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
          data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
-         lm_held_out: int, lm_held_out_kind: str,
+         lm_held_out: int, lm_held_out_kind: str, lm_learning_rate: float, lm_prompts_per_step: int,
          keep_workdirs: bool, name: str) -> None:
     from dataclasses import replace
 
@@ -389,12 +393,12 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     if "lm" in kinds and not quick:
         lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds,
                               measure_tasks=lm_measure_tasks, daemon_device=settings.daemon_device,
-                              heldout=lm_held_out)
+                              heldout=lm_held_out, batch=lm_prompts_per_step)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     run(plan, chosen, generator_steps, data_dir.absolute(), name,
         LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,
-                   device=device), keep_workdirs, merge_from)
+                   learning_rate=lm_learning_rate, prompts_per_step=lm_prompts_per_step, device=device), keep_workdirs, merge_from)
 
 
 def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str) -> None:
