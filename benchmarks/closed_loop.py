@@ -349,14 +349,14 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="served tasks per round of the LM row whose in-band is measured (k = 8 by the round's checkpoint)")
 @click.option("--lm-pretrain-steps", type=int, default=LMSettings().pretrain_steps, show_default=True,
               help="supervised steps of the LM solver before GRPO (cached)")
-@click.option("--lm-held-out", type=int, default=LMSettings().held_out, show_default=True,
+@click.option("--lm-held-out", type=click.IntRange(min=0), default=LMSettings().held_out, show_default=True,
               help="fixed held-out problems the LM row scores at each announce (greedy)")
 @click.option("--lm-held-out-kind", type=click.Choice(["sums", "mix"]), default="sums", show_default=True,
               help="the LM row's held-out: two-digit sums (the pretraining's hard slice) or the arith corpus mix "
                    "of at most 3 operators (the range the arms serve)")
-@click.option("--lm-learning-rate", type=float, default=LMSettings().learning_rate, show_default=True,
+@click.option("--lm-learning-rate", type=click.FloatRange(min=0, min_open=True), default=LMSettings().learning_rate, show_default=True,
               help="the LM row's GRPO learning rate")
-@click.option("--lm-prompts-per-step", type=int, default=LMSettings().prompts_per_step, show_default=True,
+@click.option("--lm-prompts-per-step", type=click.IntRange(min=1), default=LMSettings().prompts_per_step, show_default=True,
               help="the LM row's GRPO prompts per step (each with 8 completions)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
@@ -396,9 +396,9 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
                               heldout=lm_held_out, batch=lm_prompts_per_step)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
-    run(plan, chosen, generator_steps, data_dir.absolute(), name,
-        LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,
-                   learning_rate=lm_learning_rate, prompts_per_step=lm_prompts_per_step, device=device), keep_workdirs, merge_from)
+    lm = LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,
+                    learning_rate=lm_learning_rate, prompts_per_step=lm_prompts_per_step, device=device)
+    run(plan, chosen, generator_steps, data_dir.absolute(), name, lm, keep_workdirs, merge_from)
 
 
 def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str) -> None:
