@@ -354,10 +354,10 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--lm-held-out-kind", type=click.Choice(["sums", "mix"]), default="sums", show_default=True,
               help="the LM row's held-out: two-digit sums (the pretraining's hard slice) or the arith corpus mix "
                    "of at most 3 operators (the range the arms serve)")
-@click.option("--lm-learning-rate", type=click.FloatRange(min=0, min_open=True), default=LMSettings().learning_rate, show_default=True,
-              help="the LM row's GRPO learning rate")
-@click.option("--lm-prompts-per-step", type=click.IntRange(min=1), default=LMSettings().prompts_per_step, show_default=True,
-              help="the LM row's GRPO prompts per step (each with 8 completions)")
+@click.option("--lm-learning-rate", type=click.FloatRange(min=0, min_open=True),
+              default=LMSettings().learning_rate, show_default=True, help="the LM row's GRPO learning rate")
+@click.option("--lm-prompts-per-step", type=click.IntRange(min=1), default=LMSettings().prompts_per_step,
+              show_default=True, help="the LM row's GRPO prompts per step (each with 8 completions)")
 @click.option("--keep-workdirs", is_flag=True, help="keep each arm's store, config and daemon log under DATA_DIR")
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
