@@ -46,6 +46,8 @@ def git_commit() -> str:
     session's start, not the commit the copy holds (seen: a run at c0b9b4b recorded ed18ace+dirty)."""
     root = Path(__file__).resolve().parents[1]
     if os.environ.get("PROPEL_BENCH_COMMIT"):
+        print(f"benchmarks: recording commit {os.environ['PROPEL_BENCH_COMMIT']} from PROPEL_BENCH_COMMIT, "
+              "not git", file=sys.stderr)
         return os.environ["PROPEL_BENCH_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,

@@ -143,9 +143,20 @@ def steps_to_reach(arm: dict[str, Any], target: float) -> float | None:
 
 
 def goals(table: dict[str, Any]) -> dict[str, Any]:
-    """The issue's goals, measured (never tuned to): value, target, met."""
+    """The issue's goals, measured (never tuned to): value, target, met (None where the arms compared
+    ran on different seeds: their means are not comparable)."""
     out: dict[str, Any] = {}
     a, b, c = table.get("continuous"), table.get("static"), table.get("base")
+    out.update(_goals_of(a, b, c))
+    for key, other in (("continuous_vs_static_final_in_band", b), ("continuous_vs_base_useful_groups", c),
+                       ("continuous_steps_to_base_final_accuracy", c)):
+        if key in out and a and other and a["seeds"] != other["seeds"]:
+            out[key] = {**out[key], "met": None, "why_not_judged": "the arms ran on different seeds"}
+    return out
+
+
+def _goals_of(a: dict[str, Any] | None, b: dict[str, Any] | None, c: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if a:
         first, last = a["in_band"]["mean"][0], a["in_band"]["mean"][-1]
         out["continuous_final_vs_first_in_band"] = _goal(last / first if first else None, ">= 0.8")
@@ -186,7 +197,10 @@ def powered_goals(table: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any
                 "target": f"<= {bound} (CI excludes 1)", "met": met, "vs": best}
     ib = stats.get("final_in_band_vs_static")
     if ib:
-        out["continuous_vs_static_final_in_band_paired"] = {**_goal(ib["mean"], ">= 1.5"), "ci95": [ib["lo"], ib["hi"]]}
+        goal = {**_goal(ib["mean"], ">= 1.5"), "ci95": [ib["lo"], ib["hi"]], "n": ib.get("n")}
+        if (ib.get("n") or 0) < 2:  # one pair has no interval: not a measurement of the goal
+            goal = {**goal, "met": None, "why_not_judged": "fewer than 2 paired seeds"}
+        out["continuous_vs_static_final_in_band_paired"] = goal
     for key in ("wait_share", "queue_wait_share"):  # all waiting on the server; on an empty queue alone
         wait = stats.get(key, {}).get("continuous")
         if wait and wait["mean"] is not None:
@@ -253,6 +267,23 @@ def run_row(row: str, settings: LoopSettings, seeds: range, arms: tuple[str, ...
     return results
 
 
+def check_mergeable(row: str, settings: LoopSettings, lm: LMSettings, merge_from: tuple[Path, ...]) -> None:
+    """Refuse (one line) a result file whose ``row`` ran with other settings than this run's: every setting
+    both record is compared, seeds and the trainer's device aside (a merge of GPU parts may run on a CPU)."""
+    def flat(loop: dict[str, Any], lm_json: dict[str, Any] | None) -> dict[str, Any]:
+        lm_keys = {f"lm.{k}": v for k, v in (lm_json or {}).items() if k != "device"} if row == LM_ROW else {}
+        return {**{k: v for k, v in loop.items() if k != "seeds"}, **lm_keys}
+
+    expected = flat(json.loads(json.dumps(vars(settings))), json.loads(json.dumps(vars(lm))))
+    for path in merge_from:
+        data = json.loads(path.read_text())
+        theirs = flat(data.get("settings", {}).get(row) or {}, data.get("lm"))
+        differ = sorted(k for k in expected.keys() & theirs.keys() if theirs[k] != expected[k])
+        if differ:
+            raise click.UsageError(f"{path}: its {row} row ran with other {', '.join(differ)} than this run; "
+                                   "merge results of one configuration only")
+
+
 def merged(row: str, results: list[dict[str, Any]], merge_from: tuple[Path, ...]) -> list[dict[str, Any]]:
     """``results`` plus the same row's per-seed results of earlier result files (seeds run in other
     processes); a (arm, seed) pair run here wins over a merged one."""
@@ -272,6 +303,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
     from benchmarks.closed_loop_report import plot
     from curriculum.rl.bootstrap import bootstrap
 
+    for row, (settings, _) in plan.items():
+        check_mergeable(row, settings, lm, merge_from)
     started = time.perf_counter()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     rows: dict[str, dict[str, Any]] = {}
@@ -368,8 +401,13 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
          lm_held_out: int, lm_held_out_kind: str, lm_learning_rate: float, lm_prompts_per_step: int,
          keep_workdirs: bool, name: str) -> None:
+    import signal
+    import sys
     from dataclasses import replace
 
+    # timeout(1) or a scheduler's SIGTERM: unwind, so that every arm's server is stopped (they run in their
+    # own sessions and would outlive this process)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = QUICK if quick else POWERED if powered else FULL
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
