@@ -536,7 +536,8 @@ class Driver(HealthWatch):
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
                   "emit_idle_cycles": float(state.emit_idle_cycles), "emitted_explore": float(len(explore)),
-                  "backpressure": float(ready >= self.s.high_water_mark)}
+                  "backpressure": float(ready >= self.s.high_water_mark),
+                  "emission_paused": float(bool(state.emission_paused_by))}
         self._record(cycle, values)
         return values
 

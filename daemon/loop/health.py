@@ -106,7 +106,8 @@ def backpressure(ready: int, high_water_mark: int) -> Degradation | None:
     if ready < high_water_mark:
         return None
     return Degradation(BACKPRESSURE, f"queue holds {ready:,} ready tasks (high-water mark {high_water_mark:,}): "
-                                     "emission paused until trainers lease more")
+                                     "emission waits until a trainer leases some (`propel tasks pull`, "
+                                     "POST /v1/tasks/lease) or emission.high_water_mark is raised")
 
 
 def emission_paused(rules: list[str], details: Mapping[str, str]) -> Degradation | None:

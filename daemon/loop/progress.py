@@ -34,6 +34,17 @@ def fmt_value(value: float) -> str:
     return f"{value:.3g}"
 
 
+def idle_reason(vals: dict[str, float]) -> str | None:
+    """Why a cycle emitted nothing, in a few words (None: it emitted, or no reason the emit phase knows)."""
+    if vals.get("emitted", 1) > 0:
+        return None
+    if vals.get("backpressure"):
+        return "queue full: nobody is leasing"
+    if vals.get("emission_paused"):
+        return "paused by an escalation"
+    return None
+
+
 class Progress:
     def __init__(self, console: Console | None = None, json_mode: bool = False) -> None:
         """``json_mode`` (or no terminal): lines go to the ``propel.run`` logger instead of the console."""
@@ -61,6 +72,8 @@ class Progress:
             cells = [f"{label} {fmt.format(vals[key])}" for key, label, fmt in SUMMARY if key in vals]
             if vals.get("verified_labels") == 0 and "predicted_utility" in vals:  # the probes' word alone
                 cells = [c + " (unverified)" if c.startswith("pred. util") else c for c in cells]
+            why = idle_reason(vals)
+            cells = [c + f" ({why})" if why and c.startswith("emitted") else c for c in cells]
             self._out(f"[bold]cycle {report.cycle:,}[/bold] │ " + " │ ".join(cells),
                       {"cycle": report.cycle, "summary": {k: vals[k] for k, _, _ in SUMMARY if k in vals}})
             self.values.pop(report.cycle, None)

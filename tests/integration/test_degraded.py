@@ -82,6 +82,14 @@ def test_backpressure_and_a_failing_retrain(sqlite_store: Store, tmp_path: Path)
     _, _, state = driver.state()
     assert health.BACKPRESSURE in state.degraded, state.degraded
     assert "high-water mark 5" in state.degraded[health.BACKPRESSURE]["detail"]
+    assert "propel tasks pull" in state.degraded[health.BACKPRESSURE]["detail"]  # names the fix
+    from sqlalchemy import select
+
+    from curriculum.store.models import MetricPoint
+
+    with sqlite_store.session() as s:  # what the cycle summary reads to say "emitted 0 (queue full …)"
+        last = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(MetricPoint.cycle == 1)).all())
+    assert (last["emitted"], last["backpressure"], last["emission_paused"]) == (0.0, 1.0, 0.0)
     assert retrainer.specs, "a retrain job was submitted"
     from curriculum.probing.retrain import finish_job
 

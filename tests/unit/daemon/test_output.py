@@ -125,3 +125,15 @@ def test_without_a_terminal_lines_become_timestamped_log_lines(capsys: pytest.Ca
     assert len(lines) == 5 and all(line[:8].count(":") == 2 and " INFO " in line for line in lines)  # HH:MM:SS
     assert lines[-1].endswith("cycle 2 │ RL reward +0.25 │ valid 97% │ pred. util 40% │ spot util 30% │ FPs 1,280 │ "
                               "emitted 1,280 │ queue 1,234,567")
+
+
+@pytest.mark.parametrize(("emit", "note"), [
+    ({"emitted": 0.0, "backpressure": 1.0, "emission_paused": 0.0}, "emitted 0 (queue full: nobody is leasing) │"),
+    ({"emitted": 0.0, "backpressure": 0.0, "emission_paused": 1.0}, "emitted 0 (paused by an escalation) │"),
+    ({"emitted": 0.0, "backpressure": 0.0, "emission_paused": 0.0}, "emitted 0 │"),
+    ({"emitted": 3.0, "backpressure": 1.0, "emission_paused": 0.0}, "emitted 3 │"),  # the last tasks that fitted
+])
+def test_a_cycle_that_emits_nothing_says_why_in_its_summary(emit: dict[str, float], note: str) -> None:
+    console, buf = _file_console()
+    _cycle(Progress(console), 7, **emit)
+    assert note in buf.getvalue().splitlines()[-1]
