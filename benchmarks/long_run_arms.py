@@ -29,9 +29,13 @@ def plot(table: dict[str, Any], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(FIGURES), figsize=(3.0 * len(FIGURES), 3.4))
+    cols = 5
+    rows = -(-len(FIGURES) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.4 * rows), squeeze=False)
     names = list(table)
-    for ax, f in zip(axes, FIGURES, strict=True):
+    for ax in grid.flat[len(FIGURES):]:
+        ax.set_visible(False)
+    for ax, f in zip(grid.flat, FIGURES, strict=False):
         for i, arm in enumerate(names):
             m = table[arm][f]
             if m["mean"] is None:

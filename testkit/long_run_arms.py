@@ -11,7 +11,7 @@ from typing import Any
 from testkit.closed_loop_stats import mean_ci
 
 FIGURES = ("probe_spearman", "top_quarter_margin", "valid_in_band", "emitted_in_band", "gate_margin",
-           "emitted_per_cycle")
+           "emitted_per_cycle", "validity_mean", "top_topic_share_max", "self_bleu3", "distinct3")
 _KEY = re.compile(r"^(?P<scenario>\w+)\[(?P<arm>.+?)(?:-s(?P<seed>\d+))?\]$")
 
 

@@ -121,12 +121,13 @@ def _queue_full(r: CycleRecord) -> bool:
     return r.metrics.get("backpressure", 0.0) > 0
 
 
-SUMMARY_KEYS = ("probe_spearman", "top_quarter_margin", "valid_in_band", "emitted_in_band", "gate_margin")
+SUMMARY_KEYS = ("probe_spearman", "top_quarter_margin", "valid_in_band", "emitted_in_band", "gate_margin",
+                "validity_mean", "top_topic_share_max", "self_bleu3", "distinct3")
 
 
 def summary(blocks: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """Means over the blocks after the first (the first holds cycle 0's start-up emission and a probe the
-    policy has not met yet) of the ranking and in-band figures, and the emitted tasks per cycle."""
+    policy has not met yet) of the ranking, in-band and health figures, and the emitted tasks per cycle."""
     rest = list(blocks[1:])
     out = {k: _mean([b[k] for b in rest if b.get(k) is not None]) for k in SUMMARY_KEYS}
     cycles = sum(b["cycles"][1] - b["cycles"][0] + 1 for b in rest)
