@@ -283,7 +283,7 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
             click.echo(f"{sc.name}: {rec.current['status']} in {time.perf_counter() - started:.0f} s (exit {code})")
             if rec.current["cycles_done"] < sc.cycles and not timed_out:
                 break  # a signal stopped the daemon: do not start the next scenario
-    plot(rec.data, RESULTS / f"{name}.png")
+    plot(json.loads((RESULTS / f"{name}.json").read_text()), RESULTS / f"{name}.png")  # as written: with its commit
 
 
 if __name__ == "__main__":
