@@ -143,8 +143,12 @@ def plot(data: dict[str, Any], path: Path) -> None:
             top = [v + (b["top_quarter_margin"] or float("nan")) for v, b in zip(series("valid_in_band"), blocks,
                                                                                  strict=True)]
             row[0].plot(x, top, ls="--", lw=1, label="top quarter by probe score")
-        if sc.get("untrained") and sc["untrained"].get("in_band") is not None:
-            row[0].axhline(sc["untrained"]["in_band"], color="gray", ls=":", label="untrained generator")
+        if sc.get("untrained") and sc["untrained"].get("in_band") is not None:  # under each version's skill
+            steps = [(0, sc["untrained"]["in_band"])] + [(a["before_cycle"], a["untrained_in_band"])
+                                                         for a in sc.get("announced", [])]
+            end = blocks[-1]["cycles"][1] if blocks else 0
+            row[0].step([c for c, _ in steps] + [end], [v for _, v in steps] + [steps[-1][1]],
+                        where="post", color="gray", ls=":", label="untrained generator")
         for a in sc.get("announced", []):
             for ax in row:
                 ax.axvline(a["before_cycle"], color="gray", ls="--", lw=0.8)
