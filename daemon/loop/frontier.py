@@ -273,7 +273,7 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
         if score:
             out[f"refresh_{who}_bacc"] = float(score["balanced_accuracy"])
     if not job.result.get("promote"):
-        log.info("challenger %s kept out: %s", job.name, job.result.get("reason"))
+        log.info("challenger %s kept out: %s%s", job.name, job.result.get("reason"), _sizes(job.result))
         return out
     now = driver.clock()
     with driver.store.session() as s:
@@ -289,9 +289,16 @@ def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
     retired = retire_ready(driver)
     state.totals.stale_retired += retired
     out["stale_retired"] = float(retired)
-    log.info("challenger %s promoted (%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
-             int(out["stale_retired"]))
+    log.info("challenger %s promoted (%s%s); %d ready tasks retired as stale", job.name, job.result.get("reason"),
+             _sizes(job.result), int(out["stale_retired"]))
     return out
+
+
+def _sizes(result: dict[str, Any]) -> str:
+    """How many labels a refresh judged on: a verdict on 8 held-out labels is not one on 800."""
+    if "train_rows" not in result:
+        return ""
+    return f"; trained on {result['train_rows']:,} labels, judged on {result['holdout_rows']:,} held out"
 
 
 def retire_ready(driver: Driver) -> int:

@@ -62,7 +62,8 @@ def test_the_holdout_leaves_out_every_task_the_champion_trained_on(store: Store,
     assert out.result["holdout_excluded"] == len(trained)
 
 
-def test_an_ensemble_champion_is_judged_and_replaced_as_a_whole(store: Store, tmp_path: Path) -> None:
+def test_an_ensemble_champion_is_judged_and_replaced_as_a_whole(store: Store, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
     """probes.members = 2: the challenger is 2 probes whose combined score is judged against the champion's
     2 members combined (before #37: member 0 alone), and a promotion activates both members (before: one)."""
     run_id, ids = arith_run(store, 160)
@@ -101,7 +102,10 @@ def test_an_ensemble_champion_is_judged_and_replaced_as_a_whole(store: Store, tm
     driver, _ = make_driver(store, tmp_path / "drv", run_name="rf")
     state = driver.state()[2]
     state.refresh_job = "rf-ens-0"  # the first (champion-less) job won: its whole ensemble takes the lead
-    assert collect_refresh(driver, state)["primary_refreshed"] == 1.0
+    with caplog.at_level("INFO", logger="propel.frontier"):
+        assert collect_refresh(driver, state)["primary_refreshed"] == 1.0
+    sizes = f"trained on {first.result['train_rows']:,} labels, judged on {first.result['holdout_rows']:,} held out"
+    assert any("challenger rf-ens-0 promoted" in m and sizes in m for m in caplog.messages), caplog.messages
     with store.session() as s:
         active = sorted(p.id for p in repo.active_probes(s, run_id) if p.role == "primary")
     assert active == sorted(first.result["member_probe_ids"])
