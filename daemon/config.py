@@ -126,7 +126,10 @@ class ProbesConfig(_Section):
     """Probe heads, ensemble combination and the artifact directory."""
 
     layer: int = -1
-    pooling: str = "last_token"
+    pooling: str = Field(default="mean_std_concat", description="how a text's token activations become one "
+                         "feature vector (probes.pooling: last_token, mean_full, mean_last_50, mean_std_concat, …); "
+                         "mean_std_concat, with rl.diversity_weight = 2, is the measured default (#34: "
+                         "benchmarks/results/README.md, long_run run 9)")
     architecture: Literal["linear", "mlp", "deep_mlp"] = "mlp"
     ensemble: Literal["min", "mean"] = "min"
     members: int = Field(default=1, ge=1, le=16)
@@ -325,9 +328,10 @@ class RLConfig(_Section):
     invalid_floor_margin: float = Field(default=1.0, gt=0, description="floor = min probe logit − margin")
     use_vllm: bool = False
     bf16: bool = False
-    diversity_weight: float = Field(default=0.0, ge=0, description="weight of the repetition penalty (in "
+    diversity_weight: float = Field(default=2.0, ge=0, description="weight of the repetition penalty (in "
                                     "[0, 1]; see rl.diversity_measure) subtracted from valid completions' reward "
-                                    "(0: off, the measured default; see curriculum.reward.novelty and docs/RL.md)")
+                                    "(0: off; 2 is the measured default, #34 long_run run 9; see "
+                                    "curriculum.reward.novelty and docs/RL.md)")
     diversity_archive_size: int = Field(default=1024, ge=1, description="recently emitted tasks the diversity "
                                         "penalty compares against")
     diversity_topic_quota: float = Field(default=0.25, gt=0, le=1, description="largest share of the diversity "

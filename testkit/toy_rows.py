@@ -97,7 +97,9 @@ def row_config(shared: Shared, settings: Settings, root: Path, run: str, seed: i
                       # them; sequential labelling's saving is measured in benchmarks/active_labelling.py
                       "sequential": False},
         "rl": {"steps_per_chunk": chunk, "num_generations": settings.group, "batch_size": settings.batch,
-               "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0, **(rl or {})},
+               "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0,
+               "diversity_weight": 0.0,  # the paper's rows: probe reward alone; the diversity rows set it (#22)
+               **(rl or {})},
         "daemon": {"sample_size": settings.spot_n, "serve_api": False},
         "alerts": {"sample_size": min(96, settings.spot_n)},
     })

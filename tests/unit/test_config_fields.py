@@ -52,7 +52,7 @@ VALUES: dict[str, Any] = {
     "rl.steps_per_chunk": 4, "rl.learning_rate": 0.002, "rl.kl_beta": 0.08, "rl.num_generations": 4,
     "rl.batch_size": 8, "rl.lora_rank": 8, "rl.lora_alpha": 16, "rl.lora_dropout": 0.1, "rl.reward": "soft_gate",
     "rl.invalid_floor_margin": 2.0, "rl.use_vllm": True, "rl.bf16": True, "rl.diversity_weight": 0.3,
-    "rl.diversity_archive_size": 77, "rl.diversity_topic_quota": 0.5, "rl.diversity_measure": "self_bleu",
+    "rl.diversity_archive_size": 77, "rl.diversity_topic_quota": 0.5, "rl.diversity_measure": "jaccard",
     "rl.diversity_rollout_window": 33, "rl.topic_share_weight": 0.5, "rl.topic_share_target": 0.2,
     "rl.topic_share_window": 99,
     "emission.min_probability": 0.6, "emission.max_topic_share": 0.3, "emission.top_share": 0.35,
