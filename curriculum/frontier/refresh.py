@@ -57,16 +57,23 @@ class Verdict:
 
 
 def decide(champion: HoldoutScore | None, challenger: HoldoutScore | None, *, min_gain: float = 0.0,
-           ece_tolerance: float = 0.0, min_holdout: int = 8) -> Verdict:
+           ece_tolerance: float = 0.0, min_holdout: int = 8, foreign: str | None = None) -> Verdict:
     """Promote the challenger only if it beats the champion on balanced accuracy (by more than
     ``min_gain``) without a worse ECE (beyond ``ece_tolerance``), on at least ``min_holdout`` labels.
-    A champion that could not be scored (artifact gone, other feature) loses to any scored challenger."""
+    A champion that could not be scored (artifact gone, other feature) loses to any scored challenger,
+    and so does a ``foreign`` one (the line that says so): a champion trained on another solver's labels
+    does not guard this solver's frontier. On a few hundred labels of a moving solver both sides' balanced
+    accuracy is noise (0.31–0.40 against 0.37–0.40 in #36's LM scenario), and the tie went to the probe of
+    the wrong solver for the first 100 trainer steps."""
     if challenger is None:
         return Verdict(False, "no challenger score")
     if challenger.n < min_holdout:
         return Verdict(False, f"holdout of {challenger.n} labels < {min_holdout}")
     if champion is None:
         return Verdict(True, "champion could not be scored")
+    if foreign:
+        return Verdict(True, f"{foreign} (balanced accuracy {champion.balanced_accuracy:.3f} → "
+                             f"{challenger.balanced_accuracy:.3f})")
     if challenger.balanced_accuracy <= champion.balanced_accuracy + min_gain:
         return Verdict(False, f"balanced accuracy {challenger.balanced_accuracy:.3f} does not beat "
                               f"{champion.balanced_accuracy:.3f}")
@@ -158,7 +165,8 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     ch_score = _score(ProbeEnsemble(challengers, spec.combine).probabilities({feature: x[hold]}), y_hold)
     champ_score = None if champions is None else _ensemble_score(
         ProbeEnsemble(champions, spec.combine), extractor, [data.texts[i] for i in hold], y_hold)
-    verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))))
+    verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))),
+                     foreign=foreign_champion(champions or (), spec.solver))
     uris = []
     with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
         for probe in challengers:
@@ -176,6 +184,15 @@ def champion_uris(spec: Any) -> list[str]:
     """The champion ensemble's member artifacts (specs written before ensembles name one ``champion``)."""
     members = list(getattr(spec, "champion_members", None) or [])
     return members or ([spec.champion] if spec.champion else [])
+
+
+def foreign_champion(champions: Sequence[Probe], solver: str) -> str | None:
+    """The line that says the champion learned another solver's labels than ``solver``'s (None: it learned
+    this solver's, or says nothing of whose: an artifact written before probes named their solver)."""
+    theirs = {str(p.training["solver"]) for p in champions if p.training.get("solver")}
+    if not theirs or solver in theirs:
+        return None
+    return f"the champion learned {', '.join(sorted(theirs))}'s labels, not {solver}'s"
 
 
 def member_name(name: str, member: int) -> str:

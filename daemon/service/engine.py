@@ -41,6 +41,7 @@ from daemon.service.settings import (
     band,
     build_artifacts,
     build_configured_solver,
+    followed_solver_name,
     restored_diversity_term,
     sampling,
     topic_share_term,
@@ -163,7 +164,8 @@ class PropelEngine:
         y = corpus.y
         groups = self._validation_groups(corpus.tasks)
         training = {"rows": len(corpus.texts), "positives": int(y.sum()), "offline_solver_trials": corpus.solver_trials,
-                    "validation": "grouped" if groups else "kfold", "balance": self.cfg.probes.balance}
+                    "validation": "grouped" if groups else "kfold", "balance": self.cfg.probes.balance,
+                    "solver": followed_solver_name(self.cfg)}  # whose labels: a refresh for another replaces it
         probes = [self._fit(x, y, f"{self.cfg.run_name}-primary-{member}", seed=self.cfg.seed + member,
                             training=training, groups=groups) for member in range(self.cfg.probes.members)]
         register_primaries(self.store, self.run_id, self.artifacts, probes, self.run_dir / "probes",

@@ -69,6 +69,33 @@ def test_challenger_replaces_the_champion_only_when_it_wins(store: Store, tmp_pa
     assert tie.state == "done" and not tie.result["promote"] and "does not beat" in tie.result["reason"]
 
 
+def test_a_champion_of_another_solver_does_not_guard_this_ones_frontier(store: Store, tmp_path: Path) -> None:
+    """#36: following a trainer, the first probe (trained on the configured solver's labels) kept out every
+    challenger trained on the trainer's labels for 100 steps, both sides' accuracy being noise. The same
+    solver's skill under two names: the challenger for the champion's own solver ties and stays out;
+    the one for the other solver replaces it whatever the scores, and the verdict says why."""
+    run_id, ids = arith_run(store, 160, name="rg")
+    ref, artifacts = tiny_reference(), artifacts_for(store, tmp_path)
+    mine, theirs = SyntheticArithSolver(seed=1, offset=4.0), SyntheticArithSolver(seed=1, offset=4.0)
+    theirs.solver_id = "my-policy"  # the same skill under the trainer's name
+    for solver in (mine, theirs):
+        spotcheck_version(store, solver, ids, "", run_id)
+
+    def refresh(name: str, solver: str, champion: str = "") -> retrain.RetrainOutcome:
+        spec = spec_for(run_id, ref, name=name, solver=solver, champion=champion, role="primary",
+                        refresh_min_labels=16, holdout_share=0.3, threshold=0.5, staleness={"keep_versions": 9})
+        return run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
+
+    first = refresh("rg-primary-0", mine.solver_id)
+    with store.session() as s:
+        champion = s.scalars(select(ProbeRow.artifact_uri).where(ProbeRow.id == first.probe_id)).one()
+    same = refresh("rg-primary-1", mine.solver_id, champion)
+    assert not same.result["promote"] and "does not beat" in same.result["reason"]
+    other = refresh("rg-primary-2", "my-policy", champion)
+    assert other.result["promote"], other.result["reason"]
+    assert f"the champion learned {mine.solver_id}'s labels, not my-policy's" in other.result["reason"]
+
+
 class RescoringEngine(FakeEngine):
     """The fake engine whose scores drop by 0.2 once a new primary is loaded: the refreshed probe
     rates the easy end of the old frontier lower (what a stronger solver's labels teach it)."""

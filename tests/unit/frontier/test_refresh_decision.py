@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 
-from curriculum.frontier.refresh import HoldoutScore, decide, split_recent
+from curriculum.frontier.refresh import HoldoutScore, decide, foreign_champion, split_recent
+from probes import Probe
 
 
 def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:
@@ -22,8 +26,12 @@ def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:
     (None, hs(0.55, 0.30), {}, True, "champion could not be scored"),
     (hs(0.60, 0.10), None, {}, False, "no challenger"),
     (hs(0.50, 0.10), hs(0.90, 0.01, n=5), {}, False, "holdout"),
+    # a champion that learned another solver's labels does not guard this one's frontier, even when it scores higher
+    (hs(0.40, 0.26), hs(0.38, 0.44), {"foreign": "the champion learned a's labels, not b's"}, True, "not b's"),
+    (hs(0.40, 0.26), hs(0.38, 0.44, n=5), {"foreign": "the champion learned a's labels"}, False, "holdout"),
+    (hs(0.40, 0.26), hs(0.38, 0.44), {"foreign": None}, False, "does not beat"),
 ])
-def test_decision_table(champion: HoldoutScore | None, challenger: HoldoutScore | None, kwargs: dict[str, float],
+def test_decision_table(champion: HoldoutScore | None, challenger: HoldoutScore | None, kwargs: dict[str, object],
                         promote: bool, why: str) -> None:
     verdict = decide(champion, challenger, **kwargs)  # type: ignore[arg-type]
     assert verdict.promote is promote and why in verdict.reason
@@ -49,3 +57,19 @@ def test_split_recent_never_holds_out_what_the_champion_trained_on(n: int, exclu
     train, got = split_recent(list(range(n)), 0.25, frozenset(exclude))
     assert got == hold and not set(got) & exclude
     assert sorted(train + got) == list(range(n)) and set(exclude) <= set(train)
+
+
+def trained_for(*solvers: str | None) -> list[Probe]:
+    """Champion members whose ``training`` names ``solvers`` (None: an artifact from before probes said)."""
+    return [cast(Probe, SimpleNamespace(training={} if who is None else {"solver": who})) for who in solvers]
+
+
+@pytest.mark.parametrize(("solvers", "followed", "foreign"), [
+    (("synthetic:x",), "my-policy", "the champion learned synthetic:x's labels, not my-policy's"),
+    (("synthetic:x", "synthetic:x"), "synthetic:x", None),  # its own solver's champion
+    (("my-policy", "synthetic:x"), "my-policy", None),  # one member learned this solver's labels: it guards
+    ((None,), "my-policy", None),  # an artifact that does not say whose labels: the accuracy gate decides
+    ((), "my-policy", None),
+])
+def test_foreign_champion(solvers: tuple[str | None, ...], followed: str, foreign: str | None) -> None:
+    assert foreign_champion(trained_for(*solvers), followed) == foreign
