@@ -39,7 +39,7 @@ def idle_reason(vals: dict[str, float]) -> str | None:
     if vals.get("emitted", 1) > 0:
         return None
     if vals.get("backpressure"):
-        return "queue full: nobody is leasing"
+        return "queue at emission.high_water_mark: trainers lease slower than it fills"
     if vals.get("emission_paused"):
         return "paused by an escalation"
     return None

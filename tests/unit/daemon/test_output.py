@@ -128,7 +128,8 @@ def test_without_a_terminal_lines_become_timestamped_log_lines(capsys: pytest.Ca
 
 
 @pytest.mark.parametrize(("emit", "note"), [
-    ({"emitted": 0.0, "backpressure": 1.0, "emission_paused": 0.0}, "emitted 0 (queue full: nobody is leasing) │"),
+    ({"emitted": 0.0, "backpressure": 1.0, "emission_paused": 0.0},
+     "emitted 0 (queue at emission.high_water_mark: trainers lease slower than it fills) │"),
     ({"emitted": 0.0, "backpressure": 0.0, "emission_paused": 1.0}, "emitted 0 (paused by an escalation) │"),
     ({"emitted": 0.0, "backpressure": 0.0, "emission_paused": 0.0}, "emitted 0 │"),
     ({"emitted": 3.0, "backpressure": 1.0, "emission_paused": 0.0}, "emitted 3 │"),  # the last tasks that fitted
