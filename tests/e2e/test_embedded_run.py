@@ -11,6 +11,8 @@ from sqlalchemy import func, select
 
 from curriculum.store.db import Store
 from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem, TaskRow
+from daemon.config import load_config
+from daemon.service.settings import followed_solver_name
 from propel_sdk.schema import FrontierTask
 from tests.e2e.conftest import run_state, start_daemon, write_config
 
@@ -33,6 +35,8 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
             messages = [q.message for q in s.scalars(select(QueueItem))]
             steps = s.scalars(select(GeneratorCheckpoint.step).order_by(GeneratorCheckpoint.step)).all()
             primaries = s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()
+            learned = {r.meta["training"]["solver"]
+                       for r in s.scalars(select(ProbeRow).where(ProbeRow.role == "primary"))}
             cycles = s.execute(select(func.count(func.distinct(MetricPoint.cycle)))).scalar_one()
             rollouts = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "rollouts")).all()
             rollout_tasks = [t for t in s.scalars(select(TaskRow)) if t.payload.get("generator") == "rl_rollout"]
@@ -45,6 +49,8 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
         # is pinned: whether cycle 1's sample passed the health rule depends on how many tasks it drew)
         assert steps[-2:] == [4, 6] and steps[:-2] in ([], [2]), steps
         assert len(primaries) == 1 and cycles == 3
+        # whose labels the first probe learned: a refresh for another solver (a followed trainer) replaces it
+        assert learned == {followed_solver_name(load_config(cfg))}
         # restart on "another machine": no local checkpoint, the newest row's artifact drives resume
         shutil.rmtree(tmp_path / "data" / "runs" / "emb" / "generator")
         proc = start_daemon(cfg, log, "--cycles", "1", "--no-api")  # restart: continues, does not redo
