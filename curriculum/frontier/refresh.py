@@ -10,7 +10,8 @@ outcome, the probe name is unique). The job:
    ``holdout_share`` of them;
 2. trains a challenger on the rest with the champion's feature spec on the same frozen reference;
 3. scores champion and challenger on the held-out labels and applies :func:`decide`: the challenger
-   wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``);
+   wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``), or when the
+   champion learned another solver's labels (:func:`foreign_champion`);
 4. registers the challenger (inactive) and records the decision and both scores on the job row.
 
 The leader activates a promoted challenger in place of the champion between RL chunks (as it does
@@ -190,7 +191,7 @@ def foreign_champion(champions: Sequence[Probe], solver: str) -> str | None:
     """The line that says the champion learned another solver's labels than ``solver``'s (None: it learned
     this solver's, or says nothing of whose: an artifact written before probes named their solver)."""
     theirs = {str(p.training["solver"]) for p in champions if p.training.get("solver")}
-    if not theirs or solver in theirs:
+    if not solver or not theirs or solver in theirs:
         return None
     return f"the champion learned {', '.join(sorted(theirs))}'s labels, not {solver}'s"
 

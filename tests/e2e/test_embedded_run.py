@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from curriculum.store.db import Store
-from curriculum.store.models import GeneratorCheckpoint, MetricPoint, ProbeRow, QueueItem, TaskRow
+from curriculum.store.models import GeneratorCheckpoint, Label, MetricPoint, ProbeRow, QueueItem, TaskRow
 from daemon.config import load_config
 from daemon.service.settings import followed_solver_name
 from propel_sdk.schema import FrontierTask
@@ -37,6 +37,7 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
             primaries = s.scalars(select(ProbeRow.name).where(ProbeRow.role == "primary")).all()
             learned = {r.meta["training"]["solver"]
                        for r in s.scalars(select(ProbeRow).where(ProbeRow.role == "primary"))}
+            labelled = set(s.scalars(select(Label.solver_name).distinct()))  # the name a refresh is judged for
             cycles = s.execute(select(func.count(func.distinct(MetricPoint.cycle)))).scalar_one()
             rollouts = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "rollouts")).all()
             rollout_tasks = [t for t in s.scalars(select(TaskRow)) if t.payload.get("generator") == "rl_rollout"]
@@ -50,7 +51,7 @@ def test_embedded_three_cycles_then_resume(tmp_path: Path, tiny_generator: Path)
         assert steps[-2:] == [4, 6] and steps[:-2] in ([], [2]), steps
         assert len(primaries) == 1 and cycles == 3
         # whose labels the first probe learned: a refresh for another solver (a followed trainer) replaces it
-        assert learned == {followed_solver_name(load_config(cfg))}
+        assert learned == labelled == {followed_solver_name(load_config(cfg))}
         # restart on "another machine": no local checkpoint, the newest row's artifact drives resume
         shutil.rmtree(tmp_path / "data" / "runs" / "emb" / "generator")
         proc = start_daemon(cfg, log, "--cycles", "1", "--no-api")  # restart: continues, does not redo

@@ -94,6 +94,10 @@ def test_a_champion_of_another_solver_does_not_guard_this_ones_frontier(store: S
     other = refresh("rg-primary-2", "my-policy", champion)
     assert other.result["promote"], other.result["reason"]
     assert f"the champion learned {mine.solver_id}'s labels, not my-policy's" in other.result["reason"]
+    with store.session() as s:
+        promoted = s.scalars(select(ProbeRow.artifact_uri).where(ProbeRow.id == other.probe_id)).one()
+    again = refresh("rg-primary-3", "my-policy", promoted)  # the new champion learned my-policy's labels: no loop
+    assert not again.result["promote"] and "does not beat" in again.result["reason"]
 
 
 class RescoringEngine(FakeEngine):

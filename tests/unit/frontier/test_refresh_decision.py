@@ -69,6 +69,7 @@ def trained_for(*solvers: str | None) -> list[Probe]:
     (("synthetic:x", "synthetic:x"), "synthetic:x", None),  # its own solver's champion
     (("my-policy", "synthetic:x"), "my-policy", None),  # one member learned this solver's labels: it guards
     ((None,), "my-policy", None),  # an artifact that does not say whose labels: the accuracy gate decides
+    (("synthetic:x",), "", None),  # a spec that names no solver judges nothing foreign
     ((), "my-policy", None),
 ])
 def test_foreign_champion(solvers: tuple[str | None, ...], followed: str, foreign: str | None) -> None:
