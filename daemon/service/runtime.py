@@ -19,7 +19,7 @@ from daemon.ops.alerts.manager import AlertManager
 from daemon.ops.alerts.rules import MitigationKind
 from daemon.ops.alerts.sinks import build_sinks
 from daemon.ops.metrics import PropelMetrics, build_metrics, export_degraded
-from daemon.service.heap import HeapFreezer
+from daemon.service.heap import HeapKeeper, trim_free_heap
 from daemon.service.lifecycle import RunOptions, open_run, serve
 from daemon.service.settings import (
     build_configured_solver,
@@ -122,7 +122,7 @@ def run(cfg: PropelConfig, *, cycles: int | None, until_cycle: int | None, serve
 
     pressure = ApiPressure()
     gate = build_gate(cfg, pressure, metrics) if serve_api else NoGate()
-    heap = HeapFreezer("propel run")
+    heap = HeapKeeper("propel run", trim=trim_free_heap if cfg.daemon.trim_heap else None)
 
     def build_driver(stop: Event) -> Driver:
         engine = build_engine(cfg, store, run_id, say=progress.say)

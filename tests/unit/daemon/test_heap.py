@@ -1,4 +1,5 @@
-"""The heap freezer: the start-up heap, and again after phases that imported modules (issue #19)."""
+"""The heap keeper: freezes the start-up heap, and again after phases that imported modules (issue #19); trims
+the allocator's free pages after every phase (issue #34)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon.service.heap import HeapFreezer
+from daemon.service.heap import HeapKeeper, trim_free_heap
+from testkit.soak import rss_mib
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +21,7 @@ def _unfreeze() -> Iterator[None]:
 
 def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
     modules = [100]
-    heap = HeapFreezer("test", modules=lambda: modules[0])
+    heap = HeapKeeper("test", modules=lambda: modules[0], trim=None)
     frozen = heap.freeze()
     # the permanent generation only shrinks after the freeze (frozen objects that another thread of the
     # test process releases are freed by reference counting), never grows without another gc.freeze
@@ -32,6 +34,36 @@ def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
     assert heap.after_phase() and gc.get_freeze_count() > before and heap.freezes == 2
     assert sum(id(o) in kept for o in gc.get_objects()) == 0  # now out of every collection's scan
     assert not heap.after_phase()  # the same imports do not freeze twice
+
+
+def test_after_phase_trims_after_every_phase_and_only_when_asked() -> None:
+    released = iter([True, False, None])
+    calls: list[int] = []
+
+    def trim() -> bool | None:
+        calls.append(1)
+        return next(released)
+
+    heap = HeapKeeper("test", modules=lambda: 0, trim=trim)
+    assert [heap.after_phase() for _ in range(3)] == [False, False, False]  # no imports: no freeze
+    assert len(calls) == 3 and heap.trims == 1  # trimmed after each phase; one released memory
+    kept = HeapKeeper("test", modules=lambda: 0, trim=None)  # daemon.trim_heap = false
+    kept.after_phase()
+    assert kept.trims == 0 and len(calls) == 3
+
+
+def test_trim_hands_the_freed_pages_of_a_phase_back_to_the_os() -> None:
+    if trim_free_heap() is None:
+        pytest.skip("this C library has no malloc_trim (not glibc): the daemon's trim is a no-op here")
+    # a phase's transient memory: 64 MiB of 64 KiB buffers (malloc'd from an arena, not mmap'd), each followed
+    # by a small buffer that outlives the phase, so the freed ones are holes the arena cannot shrink away
+    pairs = [(bytearray(b"x") * 65_536, bytearray(b"y") * 1_024) for _ in range(1024)]
+    kept = [small for _, small in pairs]
+    del pairs
+    held = rss_mib()  # glibc keeps the freed pages resident: they are the RSS steps of the long run
+    assert trim_free_heap() is True
+    assert held - rss_mib() > 32, "malloc_trim should hand back most of the 64 MiB just freed"
+    assert len(kept) == 1024 and kept[-1][0] == ord("y")
 
 
 def test_run_loop_calls_after_phase_after_each_phase_that_ended_well() -> None:
