@@ -75,6 +75,7 @@ VALUES: dict[str, Any] = {
     "daemon.emit_lookback_cycles": 2, "daemon.heartbeat_s": 2.0, "daemon.heartbeat_stale_s": 9.0,
     "daemon.worker_silence_s": 99.0, "daemon.lease_ttl_s": 8.0, "daemon.standby": "refuse",
     "daemon.shutdown_deadline_s": 7.0, "daemon.serve_api": False, "daemon.torch_threads": 2,
+    "daemon.trim_heap": False,
     "frontier.staleness": "half_life", "frontier.keep_versions": 4, "frontier.half_life_versions": 2.0,
     "frontier.min_weight": 0.1, "frontier.drift_budget_share": 0.5, "frontier.drift_per_stratum": 4,
     "frontier.refresh_drift_threshold": 0.4, "frontier.refresh_every_labels": 50,
@@ -96,7 +97,7 @@ READ_IN_SERVICE = {
     "api.port", "api.work_nice", "api.yield_to_api", "api.yield_idle_ms", "api.yield_max_s", "api.yield_floor",
     "daemon.tick_interval_s",
     "daemon.heartbeat_s", "daemon.lease_ttl_s", "daemon.standby", "daemon.shutdown_deadline_s", "daemon.serve_api",
-    "daemon.torch_threads", "store.url",
+    "daemon.torch_threads", "daemon.trim_heap", "store.url",
 }
 
 
