@@ -17,7 +17,9 @@ Names are namespaced ``propel_`` and carry base units (``_seconds``, ``_total``,
 
 Plus ``propel_cycle``, ``propel_alerts_fired_total{rule,severity}``, ``propel_alert_active{rule,severity}``,
 ``propel_degraded{reason}``, the histogram ``propel_phase_duration_seconds{phase}`` and
-``propel_work_yielded_seconds_total`` (training held while trainers used the queue, ``api.yield_to_api``).
+``propel_work_yielded_seconds_total`` (training held while trainers used the queue, ``api.yield_to_api``),
+and the standard ``process_*`` series of the process (``process_resident_memory_bytes``, open fds, CPU
+seconds; Linux): an always-on daemon's memory is watched where its other signals are (#34).
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 
 QUEUE_STATES = ("ready", "leased", "acked", "dead", "stale")
 
@@ -119,6 +129,7 @@ def build_metrics(registry: CollectorRegistry | None = None) -> PropelMetrics:
         work_yielded=Counter("propel_work_yielded_seconds", "Seconds the training work was held while "
                              "trainers used the queue API (api.yield_to_api)", registry=reg),
     )
+    ProcessCollector(registry=reg)  # process_resident_memory_bytes & co. (the private registry has none)
     for key in UNMEASURED_NAN:  # "never measured" is NaN, never 0.0 ("no drift")
         gauges[key].set(math.nan)
     for phase in PHASES:  # every phase's series exists (at zero) from the first scrape

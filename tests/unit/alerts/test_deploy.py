@@ -55,8 +55,18 @@ def test_prometheus_rules_mirror_the_default_rules() -> None:
 def test_deploy_files_only_use_exported_metric_names() -> None:
     exposed = _exposed_names()
     texts = [(PROM / "alerts.yml").read_text(), (GRAFANA / "dashboards" / "propel.json").read_text()]
-    used = {name for text in texts for name in re.findall(r"\bpropel_[a-z0-9_]+", text)}
+    used = {name for text in texts for name in re.findall(r"\b(?:propel|process)_[a-z0-9_]+", text)}
     assert used and used <= exposed, used - exposed
+
+
+def test_the_scrape_has_the_process_resident_memory() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from daemon.ops.metrics import render
+
+    families = {f.name: f for f in text_string_to_metric_families(render(build_metrics())[0].decode())}
+    [rss] = families["process_resident_memory_bytes"].samples  # what the Grafana "Resident memory" panel plots
+    assert rss.value > 2**20 and families["process_open_fds"].samples[0].value > 0
 
 
 def test_prometheus_config_scrapes_the_daemon() -> None:
