@@ -35,7 +35,7 @@ from curriculum.store.models import AlertRow, MetricPoint, QueueItem, TaskRow
 from daemon.config import PropelConfig, load_config
 from daemon.loop.driver import CycleReport, Driver
 from daemon.loop.progress import Progress
-from testkit.soak import rss_mib
+from daemon.service.heap import rss_mib
 
 #: per-cycle metrics copied from the daemon's metric table (its own validity, topic share, spending, timing)
 CYCLE_METRICS = ("validity", "top_topic_share", "predicted_utility", "spotcheck_utility", "spotcheck_dispatched",

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import gc
 import os
-import resource
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from daemon.service.heap import rss_mib
+
 PHASES_PER_CYCLE = 5
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def open_fds() -> int:

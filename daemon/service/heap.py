@@ -32,8 +32,12 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import math
+import resource
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 log = logging.getLogger("propel.service")
@@ -46,6 +50,15 @@ def freeze_startup_heap(process: str, what: str = "start-up objects") -> int:
     frozen = gc.get_freeze_count()
     log.info("%s: %d %s moved out of the garbage collector's scans (gc.freeze)", process, frozen, what)
     return frozen
+
+
+def rss_mib() -> float:
+    """This process's resident memory in MiB (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return math.nan
 
 
 @cache
@@ -67,9 +80,25 @@ def trim_free_heap() -> bool | None:
     return None if fn is None else bool(fn(0))
 
 
+@dataclass
+class TrimTally:
+    """What the trims after phases cost and gave back (logged every ``HeapKeeper.report_every`` phases)."""
+
+    phases: int = 0
+    seconds: float = 0.0
+    released_mib: float = 0.0  # RSS before the trim minus after (what the next phases fault in again)
+
+    def line(self, process: str) -> str:
+        each = max(1, self.phases)
+        return (f"{process}: heap trimmed after {self.phases:,} phases: {self.released_mib / each:.1f} MiB handed "
+                f"back and {1000 * self.seconds / each:.1f} ms a phase; RSS now {rss_mib():.0f} MiB (daemon.trim_heap)")
+
+
 class HeapKeeper:
     """Freezes the start-up heap, then again after each phase that imported modules (lazy imports are start-up);
     after every phase, trims the allocator's free pages (``trim``; None: keep them, as glibc does by default)."""
+
+    report_every = 500  # phases between two tally log lines (~100 cycles)
 
     def __init__(self, process: str, modules: Callable[[], int] = lambda: len(sys.modules),
                  trim: Callable[[], bool | None] | None = trim_free_heap) -> None:
@@ -78,7 +107,7 @@ class HeapKeeper:
         self._trim = trim
         self._seen = 0
         self.freezes = 0
-        self.trims = 0  # trims that released memory
+        self.tally = TrimTally()
 
     def freeze(self, what: str = "start-up objects") -> int:
         """Freeze now (the start-up heap); returns the permanent generation's size."""
@@ -91,6 +120,12 @@ class HeapKeeper:
         imported = self._modules() - self._seen
         if imported > 0:
             self.freeze(f"objects (a phase imported {imported} modules)")
-        if self._trim is not None and self._trim():
-            self.trims += 1
+        if self._trim is not None:
+            before, t0 = rss_mib(), time.perf_counter()
+            self._trim()
+            tally = self.tally
+            tally.phases, tally.seconds = tally.phases + 1, tally.seconds + time.perf_counter() - t0
+            tally.released_mib += max(0.0, before - rss_mib())
+            if tally.phases % self.report_every == 0:
+                log.info("%s", tally.line(self.process))
         return imported > 0

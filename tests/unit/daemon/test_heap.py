@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon.service.heap import HeapKeeper, trim_free_heap
-from testkit.soak import rss_mib
+from daemon.service.heap import HeapKeeper, rss_mib, trim_free_heap
 
 
 @pytest.fixture(autouse=True)
@@ -36,20 +35,23 @@ def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
     assert not heap.after_phase()  # the same imports do not freeze twice
 
 
-def test_after_phase_trims_after_every_phase_and_only_when_asked() -> None:
-    released = iter([True, False, None])
+def test_after_phase_trims_after_every_phase_and_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[int] = []
 
     def trim() -> bool | None:
         calls.append(1)
-        return next(released)
+        return len(calls) == 1  # released memory once, then nothing left to release
 
     heap = HeapKeeper("test", modules=lambda: 0, trim=trim)
-    assert [heap.after_phase() for _ in range(3)] == [False, False, False]  # no imports: no freeze
-    assert len(calls) == 3 and heap.trims == 1  # trimmed after each phase; one released memory
+    heap.report_every = 2
+    with caplog.at_level("INFO", logger="propel.service"):
+        assert [heap.after_phase() for _ in range(3)] == [False, False, False]  # no imports: no freeze
+    assert len(calls) == 3 and heap.tally.phases == 3 and heap.tally.seconds >= 0  # trimmed after each phase
+    [line] = [r.getMessage() for r in caplog.records if "heap trimmed" in r.getMessage()]  # every 2 phases
+    assert line.startswith("test: heap trimmed after 2 phases:") and "MiB handed back" in line
     kept = HeapKeeper("test", modules=lambda: 0, trim=None)  # daemon.trim_heap = false
     kept.after_phase()
-    assert kept.trims == 0 and len(calls) == 3
+    assert kept.tally.phases == 0 and len(calls) == 3
 
 
 def test_trim_hands_the_freed_pages_of_a_phase_back_to_the_os() -> None:
