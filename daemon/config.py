@@ -453,9 +453,9 @@ class DaemonConfig(_Section):
     standby: Literal["wait", "refuse"] = Field(default="wait", description="when another daemon leads")
     shutdown_deadline_s: float = Field(default=60.0, gt=0)
     serve_api: bool = Field(default=True, description="start the HTTP API inside `propel run`")
-    trim_heap: bool = Field(default=True, description="after every phase, hand the allocator's free pages back to "
-                            "the OS (glibc malloc_trim; a no-op elsewhere). Off, RSS keeps the peak of every "
-                            "phase's transient memory: +14-16 % over 240 cycles of the embedded run (issue #34)")
+    trim_heap: bool = Field(default=True, description="at the end of every cycle, hand the allocator's free pages "
+                            "back to the OS (glibc malloc_trim; a no-op elsewhere). Off, RSS keeps the peak of "
+                            "every phase's transient memory: +14-16 % over 240 cycles of the embedded run (#34)")
     torch_threads: int = Field(default=1, ge=0, description="CPU only: torch intra-op threads of the model work "
                                "(RL, sampling, probe features); 0 = torch's default, one per core. One by default: "
                                "the models are tiny, and on a shared 2-core machine a second thread made the first "

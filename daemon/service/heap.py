@@ -22,8 +22,10 @@ live objects. Measured at the end of two 120-cycle runs: glibc's allocator held 
 memory in its arenas, the peaks of earlier phases' transient tensors and batches that it had not handed
 back to the OS (freed chunks below a live one at the top of an arena stay resident). Unfreezing and
 collecting released 8,000 objects and 3 MiB; ``malloc_trim(0)`` released 112–115 MiB, RSS 735 → 620 MiB.
-So after every phase that ended well :class:`HeapKeeper` calls :func:`trim_free_heap` (``daemon.trim_heap``),
-and RSS follows what the process uses, not the highest peak it ever had.
+So at the end of every cycle :class:`HeapKeeper` calls :func:`trim_free_heap` (``daemon.trim_heap``), and RSS
+follows what the process uses, not the highest peak it ever had. Once a cycle, not after every phase: what a
+trim hands back the next phase faults in again (~1 ms per MiB on this 2-core host), and the phases of a cycle
+reuse each other's freed pages.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+
+from daemon.loop.phases import next_phase
 
 log = logging.getLogger("propel.service")
 
@@ -82,23 +86,24 @@ def trim_free_heap() -> bool | None:
 
 @dataclass
 class TrimTally:
-    """What the trims after phases cost and gave back (logged every ``HeapKeeper.report_every`` phases)."""
+    """What the trims at cycle ends cost and gave back (logged every ``HeapKeeper.report_every`` cycles)."""
 
-    phases: int = 0
+    cycles: int = 0
     seconds: float = 0.0
     released_mib: float = 0.0  # RSS before the trim minus after (what the next phases fault in again)
 
     def line(self, process: str) -> str:
-        each = max(1, self.phases)
-        return (f"{process}: heap trimmed after {self.phases:,} phases: {self.released_mib / each:.1f} MiB handed "
-                f"back and {1000 * self.seconds / each:.1f} ms a phase; RSS now {rss_mib():.0f} MiB (daemon.trim_heap)")
+        each = max(1, self.cycles)
+        return (f"{process}: heap trimmed after {self.cycles:,} cycles: {self.released_mib / each:.1f} MiB handed "
+                f"back and {1000 * self.seconds / each:.1f} ms a cycle; RSS now {rss_mib():.0f} MiB (daemon.trim_heap)")
 
 
 class HeapKeeper:
     """Freezes the start-up heap, then again after each phase that imported modules (lazy imports are start-up);
-    after every phase, trims the allocator's free pages (``trim``; None: keep them, as glibc does by default)."""
+    after the last phase of every cycle, trims the allocator's free pages (``trim``; None: keep them, as glibc
+    does by default)."""
 
-    report_every = 500  # phases between two tally log lines (~100 cycles)
+    report_every = 100  # cycles between two tally log lines
 
     def __init__(self, process: str, modules: Callable[[], int] = lambda: len(sys.modules),
                  trim: Callable[[], bool | None] | None = trim_free_heap) -> None:
@@ -115,17 +120,18 @@ class HeapKeeper:
         self.freezes += 1
         return freeze_startup_heap(self.process, what)
 
-    def after_phase(self) -> bool:
-        """Freeze again when the phase that just ended imported modules (returns whether it did); then trim."""
+    def after_phase(self, phase: str) -> bool:
+        """Freeze again when the phase that just ended imported modules (returns whether it did); when it
+        ended a cycle, trim."""
         imported = self._modules() - self._seen
         if imported > 0:
             self.freeze(f"objects (a phase imported {imported} modules)")
-        if self._trim is not None:
+        if self._trim is not None and next_phase(phase)[1]:
             before, t0 = rss_mib(), time.perf_counter()
             self._trim()
             tally = self.tally
-            tally.phases, tally.seconds = tally.phases + 1, tally.seconds + time.perf_counter() - t0
+            tally.cycles, tally.seconds = tally.cycles + 1, tally.seconds + time.perf_counter() - t0
             tally.released_mib += max(0.0, before - rss_mib())
-            if tally.phases % self.report_every == 0:
+            if tally.cycles % self.report_every == 0:
                 log.info("%s", tally.line(self.process))
         return imported > 0

@@ -43,7 +43,7 @@ class RunOptions:
     work_nice: int = 0  # added to the niceness of the thread running phases (``api.work_nice`` with the API on)
     gate: WorkGate = field(default_factory=NoGate)  # held at phase start while the API is busy (``api.yield_to_api``)
     on_report: Callable[[CycleReport], None] = lambda r: None
-    after_phase: Callable[[], object] = lambda: None  # after each phase that ended well (the heap freezer)
+    after_phase: Callable[[str], object] = lambda phase: None  # after each phase that ended well (the heap keeper)
 
 
 @dataclass
@@ -83,7 +83,7 @@ class _Loop:
                     time.sleep(min(60.0, 0.5 * 2 ** self.failures))  # back off; the store may be restarting
                 return
             self.failures = 0
-            self.options.after_phase()
+            self.options.after_phase(report.phase)
             self.options.on_report(report)
             _, cycle, _ = self.driver.state()
             if self.target_cycle is not None and cycle >= self.target_cycle:

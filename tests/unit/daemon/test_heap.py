@@ -25,17 +25,17 @@ def test_freezes_again_only_after_a_phase_that_imported_modules() -> None:
     # the permanent generation only shrinks after the freeze (frozen objects that another thread of the
     # test process releases are freed by reference counting), never grows without another gc.freeze
     assert frozen >= gc.get_freeze_count() > 0.99 * frozen
-    assert not heap.after_phase()  # nothing imported: the collector keeps its young generations
+    assert not heap.after_phase("rl")  # nothing imported: the collector keeps its young generations
     modules[0] += 3
     kept = {id(x): x for x in ([i] for i in range(10))}  # made after the first freeze, alive at the phase's end
     assert sum(id(o) in kept for o in gc.get_objects()) == 10  # scanned by full collections
     before = gc.get_freeze_count()
-    assert heap.after_phase() and gc.get_freeze_count() > before and heap.freezes == 2
+    assert heap.after_phase("rl") and gc.get_freeze_count() > before and heap.freezes == 2
     assert sum(id(o) in kept for o in gc.get_objects()) == 0  # now out of every collection's scan
-    assert not heap.after_phase()  # the same imports do not freeze twice
+    assert not heap.after_phase("rl")  # the same imports do not freeze twice
 
 
-def test_after_phase_trims_after_every_phase_and_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
+def test_trims_at_the_end_of_every_cycle_and_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[int] = []
 
     def trim() -> bool | None:
@@ -45,13 +45,14 @@ def test_after_phase_trims_after_every_phase_and_only_when_asked(caplog: pytest.
     heap = HeapKeeper("test", modules=lambda: 0, trim=trim)
     heap.report_every = 2
     with caplog.at_level("INFO", logger="propel.service"):
-        assert [heap.after_phase() for _ in range(3)] == [False, False, False]  # no imports: no freeze
-    assert len(calls) == 3 and heap.tally.phases == 3 and heap.tally.seconds >= 0  # trimmed after each phase
-    [line] = [r.getMessage() for r in caplog.records if "heap trimmed" in r.getMessage()]  # every 2 phases
-    assert line.startswith("test: heap trimmed after 2 phases:") and "MiB handed back" in line
+        for _ in range(3):  # three cycles; no imports: no freeze
+            assert not any(heap.after_phase(phase) for phase in ("rl", "sample", "spotcheck", "retrain", "emit"))
+    assert len(calls) == 3 and heap.tally.cycles == 3 and heap.tally.seconds >= 0  # after each emit phase only
+    [line] = [r.getMessage() for r in caplog.records if "heap trimmed" in r.getMessage()]  # every 2 cycles
+    assert line.startswith("test: heap trimmed after 2 cycles:") and "MiB handed back" in line
     kept = HeapKeeper("test", modules=lambda: 0, trim=None)  # daemon.trim_heap = false
-    kept.after_phase()
-    assert kept.tally.phases == 0 and len(calls) == 3
+    kept.after_phase("emit")
+    assert kept.tally.cycles == 0 and len(calls) == 3
 
 
 def test_trim_hands_the_freed_pages_of_a_phase_back_to_the_os() -> None:
@@ -88,6 +89,6 @@ def test_run_loop_calls_after_phase_after_each_phase_that_ended_well() -> None:
             return CycleReport("rl", self.cycle - 1, 0.0, {})
 
     cfg = PropelConfig.model_validate({"daemon": {"tick_interval_s": 0.05}})
-    options = RunOptions(cycles=3, after_phase=lambda: calls.append(Driver.cycle), max_consecutive_failures=3)
+    options = RunOptions(cycles=3, after_phase=lambda phase: calls.append(Driver.cycle), max_consecutive_failures=3)
     assert run_loop(Driver(), cfg, options, threading.Event()) == 0  # type: ignore[arg-type]
     assert len(calls) == 2  # phases 1 and 3 ended well, phase 2 failed
