@@ -1,5 +1,5 @@
 """The heap keeper: freezes the start-up heap, and again after phases that imported modules (issue #19); trims
-the allocator's free pages after every phase (issue #34)."""
+the allocator's free pages at the end of every cycle (issue #34)."""
 
 from __future__ import annotations
 
