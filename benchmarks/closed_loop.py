@@ -49,6 +49,7 @@ import click
 import numpy as np
 
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
+from daemon.config import EmissionConfig
 from testkit.closed_loop import (
     ARMS,
     FOLLOW_ARM,
@@ -364,6 +365,9 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
                    "32 = the config's sample_size = demand sampling off)")
 @click.option("--rollouts", is_flag=True,
               help="daemon arms: daemon.emit_rollouts = true (the RL chunk's rollouts join the emission candidates)")
+@click.option("--min-probability", type=click.FloatRange(0, 1), default=None,
+              help="daemon arms: emission.min_probability (default: the product's, "
+                   f"{EmissionConfig().min_probability}; the results before 2026-11-29 ran at 0.2)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--daemon-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
@@ -395,8 +399,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
-         sample_size_max: int | None, rollouts: bool, device: str, daemon_device: str, generator_steps: int,
-         data_dir: Path,
+         sample_size_max: int | None, rollouts: bool, min_probability: float | None, device: str,
+         daemon_device: str, generator_steps: int, data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
          lm_held_out: int, lm_held_out_kind: str, lm_learning_rate: float, lm_prompts_per_step: int,
@@ -412,6 +416,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
                        sample_size_max=sample_size_max, emit_rollouts=rollouts,
+                       min_probability=EmissionConfig().min_probability if min_probability is None else min_probability,
                        daemon_device="cpu" if device == "cpu" else daemon_device,
                        cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
@@ -431,7 +436,8 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     if "lm" in kinds and not quick:
         lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds,
                               measure_tasks=lm_measure_tasks, daemon_device=settings.daemon_device,
-                              heldout=lm_held_out, batch=lm_prompts_per_step)
+                              heldout=lm_held_out, batch=lm_prompts_per_step,
+                              min_probability=settings.min_probability)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     lm = LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,

@@ -30,12 +30,14 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 
 
 def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, window: int | None = None) -> Run:
-    """Arm ``on``, ``off``, or ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``)."""
+    """Arm ``on``, ``off``, ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``) or
+    ``on_ref<S>`` (follow on, ``daemon.reference_share = S``)."""
     follow = arm != "off"
     workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
+    daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
     with default_daemon(workdir, generator, seed, follow, sc.min_probability,
-                        window if arm.startswith("on_w") else None) as server:
+                        window if arm.startswith("on_w") else None, daemon_keys) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 
@@ -59,7 +61,8 @@ def plot(table: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    colors = [("on", "tab:blue"), ("off", "tab:gray"), *((a, "tab:green") for a in table if a.startswith("on_w"))]
+    colors = [("on", "tab:blue"), ("off", "tab:gray"), *((a, "tab:green") for a in table if a.startswith("on_w")),
+              *((a, "tab:orange") for a in table if a.startswith("on_ref"))]
     for arm, color in colors:
         for ax, key in zip(axes, ("curve", "useful_curve"), strict=True):
             for i, curve in enumerate(table[arm][key]):
@@ -84,13 +87,16 @@ def plot(table: dict[str, Any], path: Path) -> None:
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
 @click.option("--window-arm", type=int, default=None,
               help="a third arm: follow on with frontier.refresh_trainer_label_window = N (writes …_w<N>.json)")
+@click.option("--reference-arm", type=float, default=None,
+              help="a third arm: follow on with daemon.reference_share = S (writes …_ref<S>.json)")
 @click.option("--regoal", is_flag=True, help="recompute the goals and the PNG of the stored results JSON (no run)")
 @click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
               help="how fast the trainer learns; another value writes follow_trainer_learn<value>.json")
 @click.option("--first-seed", type=int, default=0, show_default=True,
               help="seeds first_seed … first_seed + seeds − 1 (another value writes …_from<first>.json)")
 def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: int, regoal: bool,
-         skill_per_useful_group: float, first_seed: int, window_arm: int | None) -> None:
+         skill_per_useful_group: float, first_seed: int, window_arm: int | None,
+         reference_arm: float | None) -> None:
     """Measure the served in-band share and useful groups of an outside trainer, follow on vs off."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -101,6 +107,8 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
         name += f"_from{first_seed}"
     if window_arm is not None:
         name += f"_w{window_arm}"
+    if reference_arm is not None:
+        name += f"_ref{reference_arm:g}"
     if regoal:
         path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text())
@@ -115,32 +123,41 @@ def main(seeds: int, steps: int, quick: bool, data_dir: Path, generator_steps: i
     sc = Scenario(steps=steps, announce_every=max(5, steps // 2), skill_per_useful_group=skill_per_useful_group)
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
-    arms = ["on", "off"] + ([f"on_w{window_arm}"] if window_arm is not None else [])
+    third = f"on_w{window_arm}" if window_arm is not None else None
+    third = f"on_ref{reference_arm:g}" if reference_arm is not None else third
+    arms = ["on", "off"] + ([third] if third else [])
     runs: dict[str, list[Run]] = {arm: [] for arm in arms}
     for seed in range(first_seed, first_seed + seeds):
         for arm in arms:
             runs[arm].append(run_arm(arm, seed, sc, generator, data_dir / "runs" / name, window_arm))
     lo, hi = max(0, steps - 10), steps - 1
     table = {arm: summary(rs, lo, hi) for arm, rs in runs.items()}
-    extra = {"label_window": paired_window(table, f"on_w{window_arm}")} if window_arm is not None else {}
+    extra: dict[str, Any] = {}
+    if window_arm is not None:
+        extra["label_window"] = paired_window(table, "on", f"on_w{window_arm}")
+    if reference_arm is not None:  # the new arm minus the default
+        extra["reference_share"] = paired_window(table, f"on_ref{reference_arm:g}", "on")
     write_result(name, {"scenario": asdict(sc), "window": [lo, hi], "arms": table, "goals": goals(table), **extra,
                         "status_on": [r.status.get("following") for r in runs["on"]],
                         "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
     report(table, lo, hi)
-    if extra:
-        click.echo(f"label window, on (default) minus on_w{window_arm}, paired by seed: {extra['label_window']}")
+    for key, value in extra.items():
+        click.echo(f"{key}: {' minus '.join(value['arms'])}, paired by seed: {value}")
 
 
-def paired_window(table: dict[str, Any], other: str) -> dict[str, Any]:
-    """The default ``on`` arm minus ``other`` (another label window), paired by seed, mean ± 95 % interval:
-    in band at the last 10 steps and over the whole run (mean of the 10-step windows)."""
+def paired_window(table: dict[str, Any], first: str, second: str) -> dict[str, Any]:
+    """Arm ``first`` minus arm ``second``, paired by seed, mean ± 95 % interval: in band at the last 10 steps
+    and over the whole run (mean of the 10-step windows), and the useful-group share at the last 10 steps."""
     from testkit.closed_loop_stats import mean_ci
 
-    on, alt = table["on"], table[other]
-    whole = [statistics.mean(a) - statistics.mean(b) for a, b in zip(on["curve"], alt["curve"], strict=True)]
-    last = [a - b for a, b in zip(on["in_band"]["per_seed"], alt["in_band"]["per_seed"], strict=True)]
-    return {"in_band_last_10_steps": mean_ci(last), "in_band_whole_run": mean_ci(whole)}
+    a_arm, b_arm = table[first], table[second]
+    whole = [statistics.mean(a) - statistics.mean(b) for a, b in zip(a_arm["curve"], b_arm["curve"], strict=True)]
+    last = [a - b for a, b in zip(a_arm["in_band"]["per_seed"], b_arm["in_band"]["per_seed"], strict=True)]
+    useful = [a - b for a, b in zip(a_arm["useful_share"]["per_seed"], b_arm["useful_share"]["per_seed"],
+                                    strict=True)]
+    return {"arms": [first, second], "in_band_last_10_steps": mean_ci(last), "in_band_whole_run": mean_ci(whole),
+            "useful_share_last_10_steps": mean_ci(useful)}
 
 
 def goals(table: dict[str, Any]) -> dict[str, Any]:

@@ -97,7 +97,9 @@ class Recorder:
         click.echo(f"block {b['cycles']}: emitted {b['emitted']} in band {_f(b['emitted_in_band'])}, all valid "
                    f"{_f(b['valid_in_band'])}, validity {_f(b['validity_mean'])}, top topic "
                    f"{_f(b['top_topic_share_max'])}, Self-BLEU-3 {_f(b['self_bleu3'])}, trials "
-                   f"{b['solver_trials']:.0f}, RSS {b['rss_mib']:.0f} MiB")
+                   f"{b['solver_trials']:.0f}, RSS {b['rss_mib']:.0f} MiB"
+                   + (f"; untrained candidates in band {_f(b['reference_in_band'])}, emitted share "
+                      f"{_f(b['emitted_reference_share'])}" if b["reference_in_band"] is not None else ""))
 
     def finish(self, code: int, cycles: int, timed_out: bool) -> None:
         rest = len(self.records) % self.block

@@ -441,6 +441,10 @@ class DaemonConfig(_Section):
     emit_rollouts: bool = Field(default=False, description="the RL chunk's rollouts (already generated and "
                                 "scored by the reward) join the cycle's emission candidates beside the sample "
                                 "(off: measured no help to a waiting trainer, docs/OPERATIONS.md)")
+    reference_share: float = Field(default=0.0, ge=0, le=1, description="beside each cycle's sample, this share "
+                                   "of it more candidates from the untrained generator (the policy's adapter off): "
+                                   "a distribution RL has not narrowed, for emission to pick from when the solver "
+                                   "moves faster than the generator (docs/OPERATIONS.md; 0: off)")
     tick_interval_s: float = Field(default=0.5, gt=0, description="APScheduler interval of the driver job")
     retrain_min_false_positives: int = Field(default=8, ge=0, description="0 disables FP-triggered retrains")
     emit_lookback_cycles: int = Field(default=3, ge=1, description="cycles whose tasks may still be emitted")

@@ -94,6 +94,7 @@ class LoopSettings:
     filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
     sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
     emit_rollouts: bool = False  # daemon arms: daemon.emit_rollouts (the product's default: off)
+    min_probability: float = 0.2  # daemon arms: emission.min_probability (the product's default is 0.5)
     step_s: float = 0.0  # the trainer's pace: a step computes at least this long (0: as fast as the learner)
     daemon_device: str = "auto"  # the arm's server: "auto" takes a visible GPU, "cpu" is started with none visible
 
@@ -334,7 +335,8 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
     keys = "\n".join([*([f"sample_size_max = {settings.sample_size_max}"] if settings.sample_size_max else []),
                       *(["emit_rollouts = true"] if settings.emit_rollouts else [])])
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
-                       seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys)
+                       seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys,
+                       min_probability=settings.min_probability)
     log = workdir / "propel.log"
     if arm in DAEMON_ARMS:
         proc = propel(cfg, "run", log=log, wait=False, cpu=settings.daemon_device == "cpu")

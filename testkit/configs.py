@@ -7,10 +7,11 @@ from pathlib import Path
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
                  port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "",
-                 spot_extra: str = "", daemon_keys: str = "") -> Path:
+                 spot_extra: str = "", daemon_keys: str = "", min_probability: float = 0.2) -> Path:
     """A small, fast daemon config (the embedded defaults shrunk for CPU tests); ``extra`` is appended
     (new tables), ``rl_extra`` goes into the ``[rl]`` table, ``spot_extra`` into ``[spotcheck]`` and
-    ``daemon_keys`` into ``[daemon]``."""
+    ``daemon_keys`` into ``[daemon]``. ``min_probability``: the emission bar (0.2 here, so that a short
+    test run emits; the product's default is 0.5)."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
 seed = {seed}
@@ -39,7 +40,7 @@ num_generations = 4
 budget_per_cycle = {spot_budget}
 {spot_extra}
 [emission]
-min_probability = 0.2
+min_probability = {min_probability}
 [api]
 port = {port}
 {extra}

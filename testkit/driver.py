@@ -74,6 +74,7 @@ class FakeEngine:
         self.rollbacks: list[int] = []
         self.validity_override: float | None = None  # share of valid samples a test forces (None: ~90 %)
         self.topic_collapse = False  # a test forces every valid sample onto one topic (mul:3)
+        self.reference_calls: list[int] = []  # sizes of the sample_reference calls
         self.rollout_batch = 0  # rollouts each RL chunk scores with the real reward (0: none)
         self.chunk_steps = (0, 0)
 
@@ -106,6 +107,12 @@ class FakeEngine:
         if self.topic_collapse:  # varied numbers, one operator signature
             return ["*".join(str(rng.randint(2, 30)) for _ in range(4)) if i % 10 else "12+" for i in range(n)]
         return [random_expression(rng, rng.randint(1, 6)) if i % 10 else "12+" for i in range(n)]
+
+    def sample_reference(self, n: int, seed: int) -> list[str]:
+        """The untrained generator: mixed and valid whatever the policy has collapsed to."""
+        self.reference_calls.append(n)
+        rng = random.Random(-1 - seed)
+        return [random_expression(rng, rng.randint(1, 6)) for _ in range(n)]
 
     def pin_checkpoint(self, step: int) -> None:
         self.pinned.append(step)

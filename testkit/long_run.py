@@ -163,6 +163,8 @@ class CycleRecord:
     rss_mib: float
     observe_s: float = 0.0  # what this observation cost the daemon's loop (it runs between two phases)
     valid_scores: list[float | None] = field(default_factory=list)  # the probes' latest probability per valid task
+    reference_in_band: list[float] = field(default_factory=list)  # valid candidates of the untrained generator
+    emitted_reference: int = 0  # emitted tasks that came from the untrained generator (daemon.reference_share)
 
 
 @dataclass
@@ -220,10 +222,12 @@ class Observer(Progress):
         assert self.driver is not None, "the observer records once the driver is built"
         run_id, t0 = self.driver.run_id, time.perf_counter()
         with self.store.session() as s:
-            tasks = s.execute(select(TaskRow.id, TaskRow.text, TaskRow.topic).where(
+            rows = s.execute(select(TaskRow.id, TaskRow.text, TaskRow.topic, TaskRow.payload).where(
                 TaskRow.run_id == run_id, TaskRow.cycle == cycle, TaskRow.valid)).all()
+            tasks = [t for t in rows if not _extra(t.payload)]  # the policy's sample (what its metrics describe)
             scores = lineage.latest_scores(s, [t.id for t in tasks])
-            queued = s.execute(select(QueueItem.id, TaskRow.text).join(TaskRow, TaskRow.id == QueueItem.task_id)
+            queued = s.execute(select(QueueItem.id, TaskRow.text, TaskRow.payload)
+                               .join(TaskRow, TaskRow.id == QueueItem.task_id)
                                .where(QueueItem.run_id == run_id, QueueItem.id > self.last_queue_id)).all()
             metrics = dict(s.execute(select(MetricPoint.name, MetricPoint.value).where(
                 MetricPoint.run_id == run_id, MetricPoint.cycle == cycle)).tuples().all())
@@ -238,7 +242,14 @@ class Observer(Progress):
             valid_scores=[scores[t.id][1] if t.id in scores else None for t in tasks],
             metrics={k: float(v) for k, v in metrics.items() if k in CYCLE_METRICS or k in HEALTH_METRICS},
             alerts=[{"rule": a.rule, "mitigation": a.mitigation, "value": float(a.value)} for a in alerts],
-            degraded=degraded, rss_mib=rss_mib(), observe_s=time.perf_counter() - t0)
+            degraded=degraded, rss_mib=rss_mib(), observe_s=time.perf_counter() - t0,
+            reference_in_band=[self.in_band(t.text) for t in rows if _extra(t.payload) == "reference"],
+            emitted_reference=sum(_extra(q.payload) == "reference" for q in queued))
+
+
+def _extra(payload: dict[str, Any] | None) -> str | None:
+    """Where a candidate beside the policy's sample came from (``rl_rollout``, ``reference``), None for the sample."""
+    return (payload or {}).get("generator")
 
 
 def untrained_sample(engine: Any, in_band: InBand) -> dict[str, Any]:

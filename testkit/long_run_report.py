@@ -105,6 +105,9 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "solver_trials": sum(r.metrics.get("solver_trials", 0.0) for r in records),
         "spotchecks_per_cycle": [int(r.metrics.get("spotcheck_dispatched", 0.0)) for r in records],
         "emitted_per_cycle": [len(r.emitted_in_band) for r in records],
+        # daemon.reference_share: the untrained generator's valid candidates, and the emitted share they took
+        "reference_in_band": _mean([p for r in records for p in r.reference_in_band]),
+        "emitted_reference_share": (sum(r.emitted_reference for r in records) / len(emitted)) if emitted else None,
         "queue_full_cycles": sum(1 for r in records if _queue_full(r)),
         "predicted_utility": _mean([r.metrics[PRED] for r in records if PRED in r.metrics]),
         "rss_mib": records[-1].rss_mib, "wall_s": records[-1].wall_s,

@@ -9,6 +9,7 @@ latest committed adapter and the next ``train_steps`` resumes optimizer, schedul
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +63,18 @@ class GeneratorTrainer:
         meta = {"generator": self.config.generator, "reference": self.config.reference, **(provenance or {})}
         return run_chunk(self.model, self.tokenizer, reward, self.config, self.store, n, self.prompts(), meta)
 
-    def sample(self, n: int, seed: int) -> list[str]:
+    def sample(self, n: int, seed: int, reference: bool = False) -> list[str]:
         """``n`` generations of the current policy (same sampling settings as RL), deterministic in ``seed``:
         what the domain parses (the completion, with its prompt joined in where the domain's prompt
-        carries part of the task: :func:`~curriculum.domains.base.generation_text`)."""
+        carries part of the task: :func:`~curriculum.domains.base.generation_text`).
+
+        ``reference``: sample the untrained generator instead (the LoRA adapter switched off for the call),
+        the distribution the policy started from before any RL."""
         prompts = self.domain.generator_prompts(n, seed)
-        completions = sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
-                                         self.config.top_p, self.config.max_completion_length,
-                                         batch_size=SAMPLE_BATCH)
+        with self.model.disable_adapter() if reference else nullcontext():
+            completions = sample_completions(self.model, self.tokenizer, prompts, seed, self.config.temperature,
+                                             self.config.top_p, self.config.max_completion_length,
+                                             batch_size=SAMPLE_BATCH)
         return [generation_text(self.domain, p, c) for p, c in zip(prompts, completions, strict=True)]
 
     def adapter_hash(self) -> str:

@@ -54,6 +54,9 @@ from daemon.ops.metrics import PropelMetrics, export_gauges, export_queue_depths
 
 log = logging.getLogger("propel.driver")
 
+#: the untrained generator's prompts are drawn with the cycle's sample seed plus this: other prompts than the policy's
+REFERENCE_SEED_OFFSET = 50_000_017
+
 
 @dataclass
 class CycleReport:
@@ -183,7 +186,12 @@ class Driver(HealthWatch):
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
         if self.s.emit_rollouts:  # the RL chunk's rollouts, already generated: candidates beside the sample
-            values |= self._store_rollouts(cycle)
+            batch = self.engine.rollouts()
+            values |= self._store_extra(cycle, "rollouts", batch.texts,
+                                        {"generator": "rl_rollout", "rl_steps": [batch.first_step, batch.end_step]})
+        if (m := round(n * self.s.reference_share)) > 0:  # the untrained generator: candidates RL has not narrowed
+            texts = self.engine.sample_reference(m, seed=self.s.seed * 100_003 + cycle + REFERENCE_SEED_OFFSET)
+            values |= self._store_extra(cycle, "reference", texts, {"generator": "reference"})
         if self.supply is not None:  # finished agent bugs: same checks and lineage, their own provenance
             values |= store_supplied(self.store, self.run_id, self.engine, cycle,
                                      self.supply.take(self.s.seed * 100_003 + cycle))
@@ -191,19 +199,17 @@ class Driver(HealthWatch):
         self._advance("sample", cycle, state)
         return values
 
-    def _store_rollouts(self, cycle: int) -> dict[str, float]:
-        """The last RL chunk's rollouts as tasks of ``cycle`` (#35): generated already, they cost a validity
-        check and a probe score each. Made by the policy during the chunk, they carry no single
-        ``generator_step``/``adapter_hash``: ``payload["generator"]`` is ``rl_rollout`` and
-        ``payload["rl_steps"]`` the chunk's steps. They stay out of the sample's metrics (which describe a
-        fixed-size sample of the policy after the chunk)."""
-        batch = self.engine.rollouts()
-        if not batch.texts:
-            return {"rollouts": 0.0}
-        checks, scored = self._validate_and_score(batch.texts)
-        origin = {"generator": "rl_rollout", "rl_steps": [batch.first_step, batch.end_step]}
+    def _store_extra(self, cycle: int, kind: str, texts: Sequence[str], origin: dict[str, Any]) -> dict[str, float]:
+        """Candidates beside the sample, as tasks of ``cycle``: the last RL chunk's rollouts (#35, generated
+        already: a validity check and a probe score each) or the untrained generator's sample. They carry
+        no ``generator_step``/``adapter_hash``: ``payload["generator"]`` says where they come from
+        (``rl_rollout`` with the chunk's ``rl_steps``, or ``reference``). They stay out of the sample's
+        metrics, which describe a fixed-size sample of the policy after the chunk."""
+        if not texts:
+            return {kind: 0.0}
+        checks, scored = self._validate_and_score(texts)
         self._store_sample(cycle, checks, scored, origin)
-        return {"rollouts": float(len(checks)), "rollouts_valid": float(sum(v.valid for v in checks))}
+        return {kind: float(len(checks)), f"{kind}_valid": float(sum(v.valid for v in checks))}
 
     def _validate_and_score(self, texts: Sequence[str]) -> tuple[list[Validity], Scored | None]:
         """The sample's one validate-and-score pass: every later use (stored rows, reward, RVP) reads it."""

@@ -64,6 +64,10 @@ class Engine(Protocol):
         """``n`` completions of the current policy."""
         ...
 
+    def sample_reference(self, n: int, seed: int) -> list[str]:
+        """``n`` completions of the untrained generator (the policy before any RL)."""
+        ...
+
     def rollouts(self) -> Rollouts:
         """The RL chunk's rollouts not yet taken (each is returned once)."""
         ...

@@ -21,7 +21,8 @@ class DriverSettings:
     steps_per_chunk: int = 10
     sample_size: int = 64
     sample_size_max: int = 0  # demand: up to this many while the queue runs dry (phases.demand_sample_size; 0: off)
-    emit_rollouts: bool = False  # the RL chunk's rollouts join the cycle's candidates (driver._store_rollouts)
+    emit_rollouts: bool = False  # the RL chunk's rollouts join the cycle's candidates (driver._store_extra)
+    reference_share: float = 0.0  # this share of the sample size more candidates from the untrained generator
     band: Band = field(default_factory=Band)
     budget_per_cycle: int = 32
     budget_per_hour: int = 512

@@ -258,6 +258,9 @@ class PropelEngine:
     def sample(self, n: int, seed: int) -> list[str]:
         return self.trainer.sample(n, seed)
 
+    def sample_reference(self, n: int, seed: int) -> list[str]:
+        return self.trainer.sample(n, seed, reference=True)
+
     def rollouts(self) -> Rollouts:
         texts = self.reward.take_rollouts()
         return Rollouts(texts, *self._rollout_steps)

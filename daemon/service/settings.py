@@ -205,7 +205,7 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
         run_name=cfg.run_name, seed=cfg.seed, steps_per_chunk=cfg.rl.steps_per_chunk,
         sample_size=cfg.daemon.sample_size, band=band(cfg),
         sample_size_max=cfg.daemon.sample_size_max or DEMAND_FACTOR * cfg.daemon.sample_size,
-        emit_rollouts=cfg.daemon.emit_rollouts,
+        emit_rollouts=cfg.daemon.emit_rollouts, reference_share=cfg.daemon.reference_share,
         budget_per_cycle=sc.budget_per_cycle, budget_per_hour=sc.budget_per_hour, probe_high_share=sc.probe_high_share,
         spot_burst=sc.burst if sc.pace else None,
         frontier_threshold=cfg.probes.frontier_threshold,

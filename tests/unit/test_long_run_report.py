@@ -38,6 +38,18 @@ def test_block_pools_the_cycles_tasks_and_the_margin_goal_needs_plus_0_10() -> N
     assert goals([block(worse)], worse, BASE, [])["emitted_vs_valid_plus_0.10"]["met"] is False
 
 
+def test_block_reports_the_untrained_generators_candidates_apart_from_the_policys_sample() -> None:
+    plain = block([rec(0, [0.7, 0.5], [0.3, 0.5])])
+    assert plain["reference_in_band"] is None and plain["emitted_reference_share"] == 0.0
+    with_ref = [rec(0, [0.7, 0.5], [0.3, 0.5]), rec(1, [0.6, 0.2], [0.4])]
+    with_ref[0].reference_in_band, with_ref[1].reference_in_band = [0.1, 0.3], [0.5]
+    with_ref[0].emitted_reference, with_ref[1].emitted_reference = 1, 2
+    b = block(with_ref)
+    assert b["reference_in_band"] == pytest.approx(0.3) and b["emitted_reference_share"] == pytest.approx(0.75)
+    assert b["valid_in_band"] == pytest.approx(0.4), "the margin's baseline stays the policy's own sample"
+    assert block([rec(0, [], [0.3])])["emitted_reference_share"] is None
+
+
 def test_spot_gap_counts_cycles_and_seconds_since_the_last_spot_check() -> None:
     records = [rec(0, [], [], spot=32), rec(1, [], [], spot=0), rec(2, [], [], spot=0), rec(3, [], [], spot=4),
                rec(4, [], [], spot=0)]

@@ -89,3 +89,18 @@ def test_sample_is_deterministic_and_leaves_training_rng(tmp_path: Path, tok, ge
     a, b = trainer.sample(6, seed=3), trainer.sample(6, seed=3)
     assert a == b and len(a) == 6 and all(isinstance(t, str) for t in a)
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_reference_sample_is_the_untrained_generator_and_leaves_the_adapter_on(tmp_path: Path, tok,
+                                                                              generator) -> None:
+    trainer = GeneratorTrainer(_config(), tmp_path, model=generator, tokenizer=tok)
+    untrained = trainer.sample(8, seed=5)  # a fresh LoRA adapter (B = 0) leaves the base's outputs unchanged
+    rng = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5, generator=rng)
+    moved = trainer.sample(8, seed=5)
+    assert moved != untrained, "the perturbed adapter changes the policy's samples"
+    assert trainer.sample(8, seed=5, reference=True) == untrained
+    assert trainer.sample(8, seed=5) == moved, "the adapter is back on after a reference sample"
