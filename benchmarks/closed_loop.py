@@ -18,6 +18,9 @@ Opt-in (--arms …,reasoning_gym,filter; synthetic row only), what a lab would u
 (testkit/closed_loop_lab.py): reasoning_gym imports each step's batch from Reasoning Gym's arithmetic
 generator at its own curriculum's level; filter rolls out candidates from a static pool and keeps the
 groups with 0 < accuracy < 1 (balanced online difficulty filtering), every rollout counted.
+Opt-in (--arms …,continuous_filter; synthetic row only): continuous's daemon, with the trainer filtering
+its stream as the filter arm filters its pool (what a lab running both would do; the dropped groups' rollouts
+are counted, and every candidate is acked, so they are labels too).
 Opt-in (--arms …,trainer_labels; both rows): the daemon following the trainer from its acks alone
 (no spot-checks of the trainer's solver, testkit/closed_loop.py). On the LM row this is the issue #36
 scenario: the example TRL trainer against the embedded defaults, which know its solver only by its acks.
@@ -52,6 +55,7 @@ from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
 from daemon.config import EmissionConfig
 from testkit.closed_loop import (
     ARMS,
+    FILTERED_ARM,
     FOLLOW_ARM,
     LAB_ARMS,
     ArmResult,
@@ -92,7 +96,7 @@ def run_one(arm: str, seed: int, settings: LoopSettings, generator: Path, workdi
     source = rg_source(arm, seed, settings)
     tasks = first_tasks(arm, settings, seed, source) if arm in LAB_ARMS else None
     with serve_arm(arm, workdir, generator, settings, seed, learner.solver_toml(), tasks) as server:
-        step = lab_stepper(arm, learner, server, settings, source) if arm in LAB_ARMS else None
+        step = lab_stepper(arm, learner, server, settings, source) if arm in (*LAB_ARMS, FILTERED_ARM) else None
         result = run_arm(arm, learner, server, settings, seed, log=lambda m: click.echo(m, err=True), step=step)
     measure_in_band(result, learner, settings)
     return result
@@ -317,6 +321,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
         rows[row] = {arm: aggregate([r for r in results if r["arm"] == arm]) for arm in present}
         per_seed[row] = results
         stats[row] = comparisons(results)
+        if any(r["arm"] == FILTERED_ARM for r in results):  # the daemon's stream filtered, against the rest
+            stats[row][FILTERED_ARM] = comparisons(results, focus=FILTERED_ARM)
     goal_rows = {row: {**goals(t), **powered_goals(t, stats[row])} for row, t in rows.items()}
     for key in ("continuous_trainer_wait_share", "continuous_trainer_queue_wait_share"):
         goal_rows.get(LM_ROW, {}).pop(key, None)  # the TRL trainer's stream does not time its waits
@@ -359,7 +365,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="synthetic row, daemon arms: a round starts once the daemon has run this many more cycles, the "
                    "wait charged to the trainer (default 3; 0: the trainer never waits for cycles, as a real one)")
 @click.option("--arms", default=None, help=f"comma-separated arms (default {','.join(ARMS)}; --powered all six); "
-                                          f"also {FOLLOW_ARM}, and {', '.join(LAB_ARMS)} (synthetic row only)")
+                                          f"also {FOLLOW_ARM}, and {', '.join((*LAB_ARMS, FILTERED_ARM))} "
+                                          "(synthetic row only)")
 @click.option("--sample-size-max", type=int, default=None,
               help="daemon arms: daemon.sample_size_max (default: the product's, 4 × sample_size; "
                    "32 = the config's sample_size = demand sampling off)")
@@ -420,7 +427,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
                        daemon_device="cpu" if device == "cpu" else daemon_device,
                        cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
     chosen = tuple(a.strip() for a in (arms or ",".join(POWERED_ARMS if powered else ARMS)).split(",") if a.strip())
-    known = (*ARMS, *LAB_ARMS, FOLLOW_ARM)
+    known = (*ARMS, *LAB_ARMS, FOLLOW_ARM, FILTERED_ARM)
     unknown = [a for a in chosen if a not in known]
     if unknown:
         raise click.UsageError(f"unknown arm(s) {', '.join(unknown)}: choose from {', '.join(known)}")
@@ -456,7 +463,7 @@ def check_setup(arms: tuple[str, ...], kinds: set[str], quick: bool, device: str
             require_reasoning_gym()
         except RuntimeError as exc:
             raise click.UsageError(str(exc)) from None
-    lab = [a for a in arms if a in LAB_ARMS]
+    lab = [a for a in arms if a in (*LAB_ARMS, FILTERED_ARM)]
     if lab and "lm" in kinds and not quick:
         raise click.UsageError(f"arm(s) {', '.join(lab)} run on the synthetic row only: pass --rows synthetic")
     if kinds - {"synthetic", "lm"}:

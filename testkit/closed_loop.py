@@ -66,7 +66,8 @@ from testkit.servers import free_port
 ARMS = ("continuous", "static", "base", "corpus")
 LAB_ARMS = ("reasoning_gym", "filter")  # what a lab would use instead (testkit/closed_loop_lab.py); opt-in
 FOLLOW_ARM = "trainer_labels"  # the daemon follows the trainer from its acks alone; opt-in
-DAEMON_ARMS = ("continuous", "static", FOLLOW_ARM)
+FILTERED_ARM = "continuous_filter"  # continuous's daemon, the trainer filtering its stream like the filter arm; opt-in
+DAEMON_ARMS = ("continuous", "static", FOLLOW_ARM, FILTERED_ARM)
 SOLVER_NAME = "arith-solver"  # what the trainer acks and announces under
 FROZEN_NAME = "arith-solver-frozen"  # the static daemon's spot-check solver name: the trainer never announces it
 BAND = Band(8, 1, 3, 6)  # the run's utility band (k = 8, 1-3 solves)
@@ -313,8 +314,8 @@ def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
     """The arm's daemon config: the continuous daemon spot-checks under the trainer's solver name (so
     announces and acks reach it); the static one under another name, with drift re-measurement off.
     ``solver_toml``: the learner's other ``[solver]`` keys (backend, model, skill file)."""
-    if arm == "continuous":  # primary refresh also after each round's worth of trainer outcomes (default: on
-        # drift only, and a drift measurement outlasts a round here: the next announce opens a new one)
+    if arm in ("continuous", FILTERED_ARM):  # primary refresh also after each round's worth of trainer outcomes
+        # (default: on drift only, and a drift measurement outlasts a round here: the next announce opens a new one)
         name, frontier = SOLVER_NAME, f"refresh_every_labels = {settings.steps_per_round * settings.batch}\n"
     else:
         name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from curriculum.domains.base import Task
 from propel_sdk.client import Ack, LeasedTask, PropelClient
 from testkit.closed_loop import (
+    FILTERED_ARM,
     SOLVER_NAME,
     ArmServer,
     LoopSettings,
@@ -80,10 +81,14 @@ def rg_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings
     return step
 
 
-def filter_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings) -> Stepper:
-    """Lease candidates from the static pool, roll out, keep 0 < accuracy < 1, refill; train on the kept."""
+def filter_step(learner: SyntheticLearner, server: ArmServer, settings: LoopSettings, daemon: bool = False) -> Stepper:
+    """Lease candidates, roll out, keep 0 < accuracy < 1, refill; train on the kept. From the static pool
+    (an empty answer: the pool is spent), or with ``daemon`` from the daemon's queue (the
+    ``continuous_filter`` arm: an empty queue is waited on, and charged to the trainer, like any lease)."""
     def step(client: PropelClient, version: str) -> StepOutcome:
-        def draw(n: int) -> list[LeasedTask]:  # an empty answer: the pool is spent
+        def draw(n: int) -> list[LeasedTask]:
+            if daemon:
+                return lease_batch(client, server, n, settings.lease_timeout_s)
             return client.lease(n, lease_s=3_600, consumer=CONSUMER)
 
         def rollout(cands: list[LeasedTask]) -> list[int]:
@@ -111,7 +116,7 @@ def lab_stepper(arm: str, learner: SyntheticLearner, server: ArmServer, settings
     if arm == "reasoning_gym":
         assert source is not None
         return rg_step(learner, server, settings, source)
-    return filter_step(learner, server, settings)
+    return filter_step(learner, server, settings, daemon=arm == FILTERED_ARM)
 
 
 def rg_source(arm: str, seed: int, settings: LoopSettings, rg: RGSettings | None = None) -> ReasoningGymSource | None:

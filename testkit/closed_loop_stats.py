@@ -117,7 +117,8 @@ def comparisons(per_seed: Sequence[dict[str, Any]], focus: str = "continuous") -
             "its_steps_to_reach_focus_final": reach_ratios(runs, arms[focus], "steps"),
             "its_rollouts_to_reach_focus_final": reach_ratios(runs, arms[focus], "rollouts"),
             "final_heldout_difference": paired_difference(arms[focus], runs, "heldout_accuracy")}
-    outside = [a for a in arms if a not in ("continuous", "static", "trainer_labels")]  # the daemon's arms
+    daemon = ("continuous", "static", "trainer_labels", "continuous_filter")  # testkit.closed_loop.DAEMON_ARMS
+    outside = [a for a in arms if a not in daemon]
     if outside:
         out["best_non_daemon"] = max(outside, key=lambda a: float(np.mean(
             [r["rounds"][-1]["heldout_accuracy"] for r in arms[a]])))

@@ -44,3 +44,25 @@ def test_lab_arms_quick_serve_through_the_product_and_count_every_rollout(tmp_pa
     assert filt[-1]["filter_rollouts"] % settings["group"] == 0
     rg = per_seed["reasoning_gym"]["rounds"]
     assert all(r["level"] is not None and r["level"] >= 0 for r in rg) and rg[-1]["filter_rollouts"] == 0
+
+
+def test_the_daemons_stream_filtered_by_the_trainer_trains_on_kept_groups_and_counts_every_rollout(
+        tmp_path: Path) -> None:
+    env = {**os.environ, "PROPEL_BENCH_RESULTS": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
+    cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path / "data"))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.closed_loop", "--quick", "--arms",
+                           "continuous_filter,continuous", "--steps-per-round", "2", "--data-dir", str(cache)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads((tmp_path / "results" / "closed_loop.json").read_text())
+    [(row, table)] = data["rows"].items()
+    settings = data["settings"][row]
+    rounds = {r["arm"]: r for r in data["per_seed"][row]}["continuous_filter"]["rounds"]
+    assert all(r["useful_groups"] == r["groups"] for r in rounds), "it trains on kept groups only"
+    assert rounds[-1]["rollouts"] == sum(r["groups"] for r in rounds) * settings["group"]
+    assert rounds[-1]["daemon_trials"] > 0, "the daemon spot-checks as in the continuous arm"
+    assert table["continuous_filter"]["solver_rollouts"]["mean"][-1] == (
+        rounds[-1]["rollouts"] + rounds[-1]["filter_rollouts"] + rounds[-1]["daemon_trials"])
+    vs = data["stats"][row]["continuous_filter"]["vs"]
+    assert set(vs) == {"continuous"}, "compared with every other arm of the run"
+    assert "best_non_daemon" not in data["stats"][row], "both arms run the daemon: neither is a lab's alternative"
