@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,7 @@ from curriculum.store.models import (
     TaskRow,
 )
 from daemon.loop import follow, hacking, health, pacing
+from daemon.loop.aux_retrain import AuxRetrain
 from daemon.loop.frontier import FrontierTracker, collect_refresh, start_refresh
 from daemon.loop.harvest import expire_spotchecks, harvest, merge_harvests
 from daemon.loop.messages import frontier_message
@@ -79,7 +80,7 @@ class DriverHooks:
         """Called with the degraded state (reason → detail, since, until) after each health check."""
 
 
-class Driver(HealthWatch):
+class Driver(HealthWatch, AuxRetrain):
     """``metrics`` (optional) receives the Prometheus export; ``clock`` (aware UTC now) times spot-check
     and retrain deadlines, ``timer`` (seconds) the phases — both injectable for tests."""
 
@@ -388,83 +389,6 @@ class Driver(HealthWatch):
         self._advance("retrain", cycle, state)
         return values
 
-    def _unconsumed_false_positives(self) -> int:
-        """False positives no active aux probe was trained on (the ``false_positives`` table is the source)."""
-        with self.store.session() as s:
-            return len(lineage.false_positive_tasks(s, self.run_id, unconsumed_only=True))
-
-    def _retrain_spec(self, cycle: int, collapse_topic: bool) -> retrain.RetrainSpec:
-        ref, band = self.engine.reference_info(), self.s.band
-        return retrain.RetrainSpec(
-            run_id=self.run_id, name=f"{self.s.run_name}-aux-c{cycle}", cycle=cycle, reference=ref.model,
-            reference_fingerprint=ref.fingerprint, layer=ref.layer, pooling=ref.pooling, k=band.k, band_lo=band.lo,
-            band_hi=band.hi, min_valid_trials=band.min_valid_trials, threshold=self.s.frontier_threshold,
-            arch=self.s.probe_arch, collapse_topic=collapse_topic, seed=self.s.seed + cycle,
-            solver=self.frontier.name, staleness=asdict(self.s.frontier.staleness))
-
-    def _submit_retrain(self, spec: retrain.RetrainSpec, state: DriverState) -> bool:
-        """Hand the job over; False (and retried at the next retrain phase) when the broker is down."""
-        try:
-            self.retrainer.submit(spec)
-        except DispatchError as err:
-            log.warning("%s", err)
-            state.retrain_undispatched = True
-            return False
-        state.retrain_undispatched = False
-        return True
-
-    def _collect_retrain(self, state: DriverState) -> dict[str, float]:
-        """Look at the pending job: activate its probe when done; give up on it after the timeout."""
-        name = state.retrain_job
-        job = retrain.job_outcome(self.store, name) if name else None
-        if job is None:
-            state.retrain_job = None
-            return {}
-        if job.state == "pending":
-            age = (self.clock() - job.created_at).total_seconds()
-            if age > self.s.retrain_timeout_s:
-                retrain.finish_job(self.store, job.name, "failed", f"no outcome after {age:.0f} s")
-                return self._collect_retrain(state)
-            if state.retrain_undispatched:
-                self._submit_retrain(job.spec, state)
-            return {}
-        state.retrain_job = None
-        if job.state == "failed":
-            state.retrain_failures += 1
-            state.retrain_last_error = str(job.reason or "")[:200]
-        if job.state != "done" or job.probe_id is None:
-            log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
-            return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
-        with self.store.session() as s:
-            before = [p.id for p in repo.active_probes(s, self.run_id)]
-            primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
-            repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
-        try:
-            self._reload_probes()
-        except ValueError as err:  # the probe cannot be fetched or verified here: keep the current reward
-            return self._reject_probe(job.name, before, err)
-        with self.store.session() as s:
-            lineage.mark_false_positives_consumed(s, self.run_id, list(job.false_positive_ids))
-        state.totals.retrains += 1
-        state.retrain_failures = 0
-        log.info("aux probe %s active (%d false positives as negatives)", job.name, len(job.false_positive_ids))
-        return {"retrained": 1.0, "retrain_negatives_fp": float(len(job.false_positive_ids))}
-
-    def _reject_probe(self, job_name: str, previous: list[int], err: Exception) -> dict[str, float]:
-        """Restore the previous active set and record the finished job as failed, with the reason."""
-        log.warning("aux probe %s cannot be activated: %s", job_name, err)
-        with self.store.session() as s:
-            repo.set_active_probes(s, previous, self.run_id)
-        self._reload_probes()
-        retrain.reject_job(self.store, job_name, f"activation failed: {err}")
-        return {"retrained": 0.0, "retrain_failed": 1.0}
-
-    def _reload_probes(self) -> None:
-        with self.store.session() as s:
-            active = repo.active_probes(s, self.run_id)
-        self.engine.load_probes([p.artifact_uri for p in active if p.role == "primary"],
-                                [p.artifact_uri for p in active if p.role == "aux"])
-
     # ---- degraded state (daemon.loop.health) ---------------------------------------------------
     def _health(self, state: DriverState, checks: dict[str, health.Degradation | None]) -> None:
         """Merge ``checks`` into ``state.degraded``; log what started and ended, once each."""
@@ -476,14 +400,6 @@ class Driver(HealthWatch):
                         extra={"fields": {"recovered": d.reason}})
         state.degraded = merged
         self.hooks.degraded(merged)
-
-    def _retrain_health(self, state: DriverState) -> None:
-        name = state.retrain_job
-        job = retrain.job_outcome(self.store, name) if name else None
-        age = (self.clock() - job.created_at).total_seconds() if job and job.state == "pending" else None
-        self._health(state, {
-            health.RETRAIN: health.retrain_failing(state.retrain_failures, state.retrain_last_error),
-            health.RETRAIN_WAITING: health.retrain_waiting(name, age, self.s.worker_silence_s)})
 
     def _spotcheck_health(self, used: int, state: DriverState) -> None:
         now = self.clock()
