@@ -10,8 +10,8 @@ outcome, the probe name is unique). The job:
    ``holdout_share`` of them;
 2. trains a challenger on the rest with the champion's feature spec on the same frozen reference;
 3. scores champion and challenger on the held-out labels and applies :func:`decide`: the challenger
-   wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``), or when the
-   champion learned another solver's labels (:func:`foreign_champion`);
+   wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``; a champion at
+   chance has no ECE to defend), or when the champion learned another solver's labels (:func:`foreign_champion`);
 4. registers the challenger (inactive) and records the decision and both scores on the job row.
 
 The leader activates a promoted challenger in place of the champion between RL chunks (as it does
@@ -41,6 +41,9 @@ from probes import FeatureExtractor, FeatureSpec, Probe, ProbeEnsemble, TrainCon
 from probes.band import Band
 from probes.fit import fit_probe
 
+#: balanced accuracy of a probe that ranks no better than a coin (or predicts one class for every task)
+CHANCE = 0.5
+
 
 @dataclass(frozen=True)
 class HoldoutScore:
@@ -65,7 +68,10 @@ def decide(champion: HoldoutScore | None, challenger: HoldoutScore | None, *, mi
     and so does a ``foreign`` one (the line that says so): a champion trained on another solver's labels
     does not guard this solver's frontier. On a few hundred labels of a moving solver both sides' balanced
     accuracy is noise (0.31–0.40 against 0.37–0.40 in #36's LM scenario), and the tie went to the probe of
-    the wrong solver for the first 100 trainer steps."""
+    the wrong solver for the first 100 trainer steps. The ECE does not guard a champion at chance
+    (balanced accuracy ≤ :data:`CHANCE`): one that predicts the base rate for every task is calibrated by
+    construction and ranks nothing; in the closed loop (#35) such a champion (0.500, ECE 0.027) kept out
+    challengers at 0.578 and 0.594 for 380 cycles while emission dried up."""
     if challenger is None:
         return Verdict(False, "no challenger score")
     if challenger.n < min_holdout:
@@ -78,6 +84,10 @@ def decide(champion: HoldoutScore | None, challenger: HoldoutScore | None, *, mi
     if challenger.balanced_accuracy <= champion.balanced_accuracy + min_gain:
         return Verdict(False, f"balanced accuracy {challenger.balanced_accuracy:.3f} does not beat "
                               f"{champion.balanced_accuracy:.3f}")
+    if champion.balanced_accuracy <= CHANCE and challenger.ece > champion.ece + ece_tolerance:
+        return Verdict(True, f"the champion ranks at chance (balanced accuracy {champion.balanced_accuracy:.3f} → "
+                             f"{challenger.balanced_accuracy:.3f}); its ECE {champion.ece:.3f} guards nothing "
+                             f"(challenger {challenger.ece:.3f})")
     if challenger.ece > champion.ece + ece_tolerance:
         return Verdict(False, f"ECE {challenger.ece:.3f} worse than {champion.ece:.3f}")
     return Verdict(True, f"balanced accuracy {champion.balanced_accuracy:.3f} → {challenger.balanced_accuracy:.3f}, "

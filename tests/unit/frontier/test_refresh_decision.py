@@ -20,6 +20,12 @@ def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:
     (hs(0.60, 0.10), hs(0.70, 0.10), {}, True, "→"),                       # equal ECE is not worse
     (hs(0.60, 0.10), hs(0.70, 0.12), {}, False, "ECE"),                    # better accuracy, worse calibration
     (hs(0.60, 0.10), hs(0.70, 0.12), {"ece_tolerance": 0.05}, True, "→"),
+    # a champion at chance is calibrated by predicting the base rate: its ECE guards nothing (#35's stalled seed)
+    (hs(0.500, 0.027), hs(0.578, 0.056), {}, True, "ranks at chance"),
+    (hs(0.498, 0.073), hs(0.594, 0.076), {}, True, "ranks at chance"),
+    (hs(0.500, 0.027), hs(0.500, 0.010), {}, False, "does not beat"),        # still has to rank better
+    (hs(0.500, 0.027), hs(0.510, 0.056), {"min_gain": 0.02}, False, "does not beat"),
+    (hs(0.510, 0.027), hs(0.578, 0.056), {}, False, "ECE"),                  # above chance: the ECE guard holds
     (hs(0.70, 0.10), hs(0.70, 0.05), {}, False, "does not beat"),          # a tie keeps the champion
     (hs(0.70, 0.10), hs(0.65, 0.05), {}, False, "does not beat"),
     (hs(0.60, 0.10), hs(0.62, 0.05), {"min_gain": 0.05}, False, "does not beat"),
