@@ -62,15 +62,14 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
 def main(samples: int, generator_steps: int, data_dir: Path, seed: int) -> None:
     """Exact in-band of the untrained generator's valid tasks for a solver of each skill."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from curriculum.domains.base import get_domain
-    from curriculum.rl.bootstrap import bootstrap, sample_completions
+    from curriculum.rl.bootstrap import bootstrap, load_bootstrapped, sample_completions
 
     torch.set_num_threads(1)
     path = bootstrap("arith", data_dir=data_dir.absolute() / "models", steps=generator_steps,
                      show_progress=False).path
-    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    model, tok = load_bootstrapped(path)
     checks = get_domain("arith").validate_batch(sample_completions(model, tok, samples, seed=seed))
     valid = [v.task.text for v in checks if v.valid]
     rows = [coverage(valid, s) for s in SKILLS]
