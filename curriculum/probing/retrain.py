@@ -129,6 +129,18 @@ def finish_job(store: Store, name: str, state: str, reason: str | None = None) -
                   .values(state=state, reason=reason, finished_at=datetime.now(UTC)))
 
 
+def settle_job(store: Store, name: str | None, now: datetime, timeout_s: float) -> RetrainOutcome | None:
+    """The job's outcome (None: no job by that name); a job still pending ``timeout_s`` after it was
+    created is recorded ``failed`` first ("no outcome after … s"), so a lost worker never blocks its caller."""
+    job = job_outcome(store, name) if name else None
+    if job is not None and job.state == "pending":
+        age = (now - job.created_at).total_seconds()
+        if age > timeout_s:
+            finish_job(store, job.name, "failed", f"no outcome after {age:.0f} s")
+            return job_outcome(store, job.name)
+    return job
+
+
 def reject_job(store: Store, name: str, reason: str) -> None:
     """Mark a ``done`` job ``failed`` (its probe could not be activated: e.g. not in the leader's store)."""
     with store.session() as s:

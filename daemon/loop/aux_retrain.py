@@ -72,16 +72,11 @@ class AuxRetrain:
 
     def _collect_retrain(self, state: DriverState) -> dict[str, float]:
         """Look at the pending job: activate its probe when done; give up on it after the timeout."""
-        name = state.retrain_job
-        job = retrain.job_outcome(self.store, name) if name else None
+        job = retrain.settle_job(self.store, state.retrain_job, self.clock(), self.s.retrain_timeout_s)
         if job is None:
             state.retrain_job = None
             return {}
         if job.state == "pending":
-            age = (self.clock() - job.created_at).total_seconds()
-            if age > self.s.retrain_timeout_s:
-                retrain.finish_job(self.store, job.name, "failed", f"no outcome after {age:.0f} s")
-                return self._collect_retrain(state)
             if state.retrain_undispatched:
                 self._submit_retrain(job.spec, state)
             return {}

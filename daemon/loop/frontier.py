@@ -239,16 +239,11 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
 
 def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:
     """Look at the pending challenger: promote it (and retire stale ready tasks) when it won."""
-    name = state.refresh_job
-    job = retrain.job_outcome(driver.store, name) if name else None
+    job = retrain.settle_job(driver.store, state.refresh_job, driver.clock(), driver.s.retrain_timeout_s)
     if job is None:
         state.refresh_job = None
         return {}
     if job.state == "pending":
-        age = (driver.clock() - job.created_at).total_seconds()
-        if age > driver.s.retrain_timeout_s:
-            retrain.finish_job(driver.store, job.name, "failed", f"no outcome after {age:.0f} s")
-            return collect_refresh(driver, state)
         if state.refresh_undispatched:
             try:
                 driver.retrainer.submit(job.spec)
