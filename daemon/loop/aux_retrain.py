@@ -88,8 +88,9 @@ class AuxRetrain:
             log.warning("aux-probe retrain %s %s: %s", job.name, job.state, job.reason)
             return {"retrained": 0.0, f"retrain_{job.state}": 1.0}
         with self.store.session() as s:
-            before = [p.id for p in repo.active_probes(s, self.run_id)]
-            primaries = [p.id for p in repo.active_probes(s, self.run_id) if p.role == "primary"]
+            active = repo.active_probes(s, self.run_id)
+            before = [p.id for p in active]
+            primaries = [p.id for p in active if p.role == "primary"]
             repo.set_active_probes(s, [*primaries, job.probe_id], self.run_id)
         try:
             self._reload_probes()
