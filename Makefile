@@ -7,6 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 ADAPTERS_STAMP := $(VENV)/.installed-adapters
 PIP    := $(BIN)/pip install --progress-bar off --disable-pip-version-check
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 RUN_ARGS ?=
 
 .PHONY: help install install-run install-adapters prereqs run test test-long test-fast lint bench clean
@@ -54,9 +55,11 @@ run: $(RUN_STAMP)  ## run the daemon on the embedded default (SQLite under ./.pr
 prereqs:  ## check (as root on Debian: install) the system packages; one line per problem
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
 
+# Two pytest-xdist workers (TEST_WORKERS=0: one process): each has its own PostgreSQL database, the fault tests
+# their private servers, every server a free port; the e2e files run last, on a generator trained from the start.
 test: $(STAMP) $(ADAPTERS_STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
-	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 test-long: $(STAMP) $(ADAPTERS_STAMP)  ## the benchmark-grade checks `make test` leaves out (e.g. the full bootstrap recipe on seeds 0 and 1: 3-22 min each)
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)

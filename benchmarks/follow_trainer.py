@@ -51,6 +51,8 @@ def summary(runs: list[Run], lo: int, hi: int) -> dict[str, Any]:
     out["curve"] = [[round(window(r, s, s + 9)["in_band"], 4) for s in range(0, len(r.steps), 10)] for r in runs]
     out["useful_curve"] = [[round(window(r, s, s + 9)["useful_share"], 4) for s in range(0, len(r.steps), 10)]
                            for r in runs]
+    out["too_easy_curve"] = [[round(window(r, s, s + 9)["too_easy"], 4) for s in range(0, len(r.steps), 10)]
+                             for r in runs]
     return out
 
 

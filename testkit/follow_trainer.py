@@ -61,6 +61,7 @@ class StepRecord:
     explore: int
     remeasure: int
     skill: float
+    too_easy_p: list[float] = field(default_factory=list)  # exact P(solves > band.hi) of each served task
 
 
 @dataclass
@@ -74,8 +75,16 @@ class Run:
 
 def in_band_probability(solver: SyntheticArithSolver, expr: str, band: Band = BAND) -> float:
     """P(lo ≤ solves ≤ hi) of k attempts for the synthetic solver (its own success probability)."""
-    p = solver.success_probability(expr)
-    return sum(math.comb(band.k, j) * p ** j * (1 - p) ** (band.k - j) for j in range(band.lo, band.hi + 1))
+    return _solves_between(solver.success_probability(expr), band.k, band.lo, band.hi)
+
+
+def too_easy_probability(solver: SyntheticArithSolver, expr: str, band: Band = BAND) -> float:
+    """P(solves > hi) of k attempts: the task is above the band for this solver."""
+    return _solves_between(solver.success_probability(expr), band.k, band.hi + 1, band.k)
+
+
+def _solves_between(p: float, k: int, lo: int, hi: int) -> float:
+    return sum(math.comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(lo, hi + 1))
 
 
 @contextmanager
@@ -130,20 +139,22 @@ def train(server: ArmServer, sc: Scenario, seed: int, follow: bool, log: Any = p
             tasks = [task_of(t.message["grading"]) for t in leased]
             judge = SyntheticArithSolver(offset=learner.skill, seed=seed)
             probs = [in_band_probability(judge, t.text) for t in tasks]
+            easy = [too_easy_probability(judge, t.text) for t in tasks]
             skill, solved = learner.skill, learner.train_step(tasks)
             client.ack_many([Ack(t, solved=n, n=sc.group, solver=TRAINER, version=learner.version)
                              for t, n in zip(leased, solved, strict=True)])
             out.steps.append(StepRecord(step, learner.version, len(tasks), probs,
                                         sum(0 < n < sc.group for n in solved),
                                         sum(bool(t.message.get("explore")) for t in leased),
-                                        sum(bool(t.message.get("remeasure")) for t in leased), skill))
+                                        sum(bool(t.message.get("remeasure")) for t in leased), skill, easy))
             if (step + 1) % sc.announce_every == 0:
                 learner.checkpoint(f"step-{step + 1}")
                 client.announce(TRAINER, learner.version)
             if step % 10 == 9:
                 last = out.steps[-10:]
                 log(f"[follow={follow} seed {seed}] step {step + 1}: {sum(r.tasks for r in last)} tasks, in band "
-                    f"{_mean([p for r in last for p in r.in_band_p]):.3f}, useful "
+                    f"{_mean([p for r in last for p in r.in_band_p]):.3f} (too easy "
+                    f"{_mean([p for r in last for p in r.too_easy_p]):.2f}), useful "
                     f"{sum(r.useful for r in last)}/{sum(r.tasks for r in last)}, skill {learner.skill:.2f}, "
                     f"{time.monotonic() - started:.0f} s")
         out.status = client.status()
@@ -155,7 +166,8 @@ def window(run: Run, lo: int, hi: int) -> dict[str, float]:
     """In-band share, useful-group share and tasks served over GRPO steps ``lo..hi`` (inclusive)."""
     rows = [r for r in run.steps if lo <= r.step <= hi]
     tasks = sum(r.tasks for r in rows)
-    return {"in_band": _mean([p for r in rows for p in r.in_band_p]), "useful_share": sum(r.useful for r in rows)
+    return {"in_band": _mean([p for r in rows for p in r.in_band_p]),
+            "too_easy": _mean([p for r in rows for p in r.too_easy_p]), "useful_share": sum(r.useful for r in rows)
             / max(1, tasks), "tasks": float(tasks), "tasks_asked": float(len(rows) * 8),
             "explore": float(sum(r.explore for r in rows)), "remeasure": float(sum(r.remeasure for r in rows))}
 

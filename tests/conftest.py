@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,32 @@ PG_ADMIN_URL = os.environ.get("PROPEL_TEST_PG_URL", "postgresql+psycopg://postgr
 REDIS_URL = os.environ.get("PROPEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 AMQP_URL = os.environ.get("PROPEL_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 IN_CI = bool(os.environ.get("CI"))
+_PREBUILD: subprocess.Popen[bytes] | None = None
+
+
+@pytest.hookimpl(trylast=True)  # after the tmp_path plugin has set up its factory
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test``), the controller trains the e2e tests' generator in the background
+    from the start, into a cache its workers share (:mod:`testkit.e2e_generator`)."""
+    global _PREBUILD
+    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
+        return  # not the controller of an xdist run
+    cache = os.environ.setdefault("PROPEL_E2E_CACHE", str(config._tmp_path_factory.getbasetemp() / "e2e-models"))
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    with open(cache + ".log", "wb") as log:
+        _PREBUILD = subprocess.Popen([sys.executable, "-m", "testkit.e2e_generator", cache], stdout=log,
+                                     stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PREBUILD is not None and _PREBUILD.poll() is None:  # a run that never needed it
+        _PREBUILD.terminate()
+        _PREBUILD.wait(timeout=30)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e tests last (a stable sort): by the time a worker reaches them, the generator they share is trained."""
+    items.sort(key=lambda item: "/tests/e2e/" in str(item.path))
 
 
 def require_service(name: str, available: bool, detail: str = "") -> None:

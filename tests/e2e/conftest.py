@@ -16,18 +16,16 @@ from curriculum.store.db import Store
 from curriculum.store.models import DaemonState, Run
 from testkit.configs import write_config  # noqa: F401 (the e2e tests' config writer)
 
-#: Training steps of the session's tiny generator: enough for mostly-valid arith, seconds not minutes.
-E2E_BOOTSTRAP_STEPS = int(os.environ.get("PROPEL_E2E_BOOTSTRAP_STEPS", "300"))
-
 
 @pytest.fixture(scope="session")
 def tiny_generator(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bootstrapped arith generator (cached per settings under a session directory)."""
-    from curriculum.rl.bootstrap import bootstrap
+    """A bootstrapped arith generator, trained once per run (:mod:`testkit.e2e_generator`): in
+    ``PROPEL_E2E_CACHE`` when set (the xdist controller sets it for its workers), else in this session's
+    temp directory."""
+    from testkit.e2e_generator import cached_generator
 
-    cache = Path(os.environ.get("PROPEL_E2E_CACHE", tmp_path_factory.mktemp("e2e-models")))
-    result = bootstrap("arith", data_dir=cache, steps=E2E_BOOTSTRAP_STEPS, show_progress=False)
-    return result.path
+    cache = os.environ.get("PROPEL_E2E_CACHE")
+    return cached_generator(Path(cache) if cache else tmp_path_factory.getbasetemp() / "e2e-models")
 
 
 def start_daemon(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
