@@ -62,6 +62,7 @@ class StepRecord:
     remeasure: int
     skill: float
     too_easy_p: list[float] = field(default_factory=list)  # exact P(solves > band.hi) of each served task
+    at: float = 0.0  # wall clock (time.time()) when the step leased its tasks: maps daemon cycles to skills
 
 
 @dataclass
@@ -136,6 +137,7 @@ def train(server: ArmServer, sc: Scenario, seed: int, follow: bool, log: Any = p
     with PropelClient(server.url, timeout_s=60) as client:
         for step in range(sc.steps):
             leased = lease_some(client, server, sc.batch, sc.first_wait_s if step == 0 else sc.wait_s)
+            leased_at = time.time()
             tasks = [task_of(t.message["grading"]) for t in leased]
             judge = SyntheticArithSolver(offset=learner.skill, seed=seed)
             probs = [in_band_probability(judge, t.text) for t in tasks]
@@ -146,7 +148,8 @@ def train(server: ArmServer, sc: Scenario, seed: int, follow: bool, log: Any = p
             out.steps.append(StepRecord(step, learner.version, len(tasks), probs,
                                         sum(0 < n < sc.group for n in solved),
                                         sum(bool(t.message.get("explore")) for t in leased),
-                                        sum(bool(t.message.get("remeasure")) for t in leased), skill, easy))
+                                        sum(bool(t.message.get("remeasure")) for t in leased), skill, easy,
+                                        leased_at))
             if (step + 1) % sc.announce_every == 0:
                 learner.checkpoint(f"step-{step + 1}")
                 client.announce(TRAINER, learner.version)

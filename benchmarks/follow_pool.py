@@ -1,0 +1,151 @@
+"""Where the followed fast learner's frontier is lost (issue #36): in the generator's pool, or in the gate?
+
+Runs ``follow_trainer``'s fast-learner scenario (the outside SYNTHETIC trainer against ``propel run`` on the
+embedded defaults, follow on) and then reads the daemon's store: every valid candidate the daemon sampled,
+its ensemble score and whether it was emitted. Each block of 4 daemon cycles is scored at the trainer's skill
+when those candidates were made (the trainer's step clock against the tasks' ``created_at``), with the exact
+probabilities of the synthetic solver:
+
+* **pool**: the candidates' mean in-band probability (what an unfiltered draw serves) and too-easy share;
+* **best quarter**: what a perfect gate keeping a quarter of the pool would serve: the bound the pool sets;
+* **emitted**: what the gate served; **rho**: Spearman of the score against in-band: how well the gate ranks.
+
+A gate far under the best quarter with a low rho is the gate's bound; a best quarter near the emitted share
+is the pool's. Arms: ``on`` (the default) and ``on_ref<S>`` (``daemon.reference_share = S``, the untrained
+generator's candidates beside the policy's; their pool is also reported apart).
+
+    python -m benchmarks.follow_pool [--seeds 3] [--reference-share 0.5]
+"""
+
+from __future__ import annotations
+
+import bisect
+import sqlite3
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from benchmarks._common import RESULTS, write_result
+from benchmarks.follow_trainer import run_arm
+from testkit.follow_trainer import Run, Scenario
+
+BLOCK = 4  # daemon cycles per row
+
+
+def candidates(db: Path) -> list[tuple[int, float, str, float, bool, bool]]:
+    """(cycle, created_at epoch, text, latest score, emitted, from the untrained generator) of valid candidates."""
+    with sqlite3.connect(db) as con:
+        rows = con.execute(
+            "SELECT t.cycle, t.created_at, t.text,"
+            " (SELECT probability FROM probe_scores s WHERE s.task_id = t.id ORDER BY s.id DESC LIMIT 1),"
+            " EXISTS (SELECT 1 FROM queue q WHERE q.task_id = t.id), t.adapter_hash IS NULL"
+            " FROM tasks t WHERE t.valid AND t.cycle IS NOT NULL").fetchall()
+    return [(int(c), datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp(), text, float(score), bool(em),
+             bool(ref)) for c, at, text, score, em, ref in rows if score is not None]
+
+
+def blocks(run: Run, rows: list[tuple[int, float, str, float, bool, bool]], seed: int) -> list[dict[str, Any]]:
+    """Per block of cycles, at the trainer's skill when the block's candidates were made (its median time)."""
+    from curriculum.solvers.synthetic import SyntheticArithSolver
+    from probes.metrics import spearman
+    from testkit.follow_trainer import in_band_probability, too_easy_probability
+
+    times = [r.at for r in run.steps]
+    out = []
+    for lo in range(0, max(r[0] for r in rows) + 1, BLOCK):
+        sel = [r for r in rows if lo <= r[0] < lo + BLOCK]
+        if len(sel) < 8:
+            continue
+        step = min(len(times) - 1, max(0, bisect.bisect(times, statistics.median(r[1] for r in sel)) - 1))
+        judge = SyntheticArithSolver(offset=run.steps[step].skill, seed=seed)
+        ib = np.array([in_band_probability(judge, r[2]) for r in sel])
+        easy = np.array([too_easy_probability(judge, r[2]) for r in sel])
+        score, emitted, ref = (np.array([r[i] for r in sel]) for i in (3, 4, 5))
+        row = {"cycles": [lo, lo + BLOCK - 1], "step": step, "skill": round(run.steps[step].skill, 2),
+               "candidates": len(sel), "pool_in_band": _r(ib.mean()), "pool_too_easy": _r(easy.mean()),
+               "best_quarter": _r(np.sort(ib)[-max(1, len(ib) // 4):].mean()),
+               "emitted": int(emitted.sum()), "emitted_in_band": _r(ib[emitted].mean()) if emitted.any() else None,
+               "rho": _r(spearman(score, ib))}
+        if ref.any() and (~ref).any():
+            row |= {"reference_in_band": _r(ib[ref].mean()), "policy_in_band": _r(ib[~ref].mean())}
+        out.append(row)
+    return out
+
+
+def _r(x: float) -> float:
+    return round(float(x), 4)
+
+
+def thirds(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Means over seeds of each seed's first, middle and last third of blocks."""
+    keys = ("pool_in_band", "pool_too_easy", "best_quarter", "emitted_in_band", "rho")
+    out: dict[str, Any] = {}
+    for name, part in (("first", 0), ("middle", 1), ("last", 2)):
+        vals: dict[str, list[float]] = {k: [] for k in keys}
+        for rows in per_seed:
+            n = len(rows)
+            for row in rows[part * n // 3:(part + 1) * n // 3]:
+                for k in keys:
+                    if row.get(k) is not None:
+                        vals[k].append(row[k])
+        out[name] = {k: _r(statistics.mean(v)) if v else None for k, v in vals.items()}
+    return out
+
+
+@click.command()
+@click.option("--seeds", type=int, default=3, show_default=True, help="seeds per arm")
+@click.option("--reference-share", type=float, default=0.5, show_default=True,
+              help="the second arm's daemon.reference_share (0: the default arm only)")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
+              help="where the tiny generator is cached (follow_trainer's) and the arms run")
+@click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
+def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int) -> None:
+    """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
+    from curriculum.rl.bootstrap import bootstrap
+
+    data_dir = data_dir.absolute()
+    generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
+    arms = ["on"] + ([f"on_ref{reference_share:g}"] if reference_share else [])
+    table: dict[str, Any] = {}
+    for arm in arms:
+        per_seed = []
+        for seed in range(seeds):
+            run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / "follow_pool")
+            rows = blocks(run, candidates(data_dir / "runs" / "follow_pool" / f"{arm}-s{seed}" / "propel.db"), seed)
+            per_seed.append(rows)
+            for row in rows:
+                click.echo(f"[{arm} seed {seed}] {row}", err=True)
+        table[arm] = {"per_seed": per_seed, "thirds": thirds(per_seed)}
+        click.echo(f"{arm}: {table[arm]['thirds']}")
+    write_result("follow_pool", {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
+                                 "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
+    plot(table, RESULTS / "follow_pool.png")
+
+
+def plot(table: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = (("pool_in_band", "pool (unfiltered)"), ("best_quarter", "best quarter (perfect gate)"),
+            ("emitted_in_band", "emitted (the gate)"))
+    fig, axes = plt.subplots(1, len(table), figsize=(5.5 * len(table), 4), squeeze=False)
+    for ax, (arm, data) in zip(axes[0], table.items(), strict=True):
+        for (key, label), color in zip(keys, ("tab:gray", "tab:green", "tab:blue"), strict=True):
+            for i, rows in enumerate(data["per_seed"]):
+                ax.plot([r["step"] for r in rows], [r[key] if r[key] is not None else np.nan for r in rows],
+                        color=color, alpha=0.7, label=label if i == 0 else None)
+        ax.set(title=f"follow {arm}: in band at the trainer's skill", xlabel="trainer GRPO step (block of 4 cycles)",
+               ylabel="exact in-band probability", ylim=(0, 0.8))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
