@@ -15,7 +15,6 @@ noise), and the useful groups (0 < solves < group), i.e. the group has reward va
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -76,16 +75,14 @@ class Run:
 
 def in_band_probability(solver: SyntheticArithSolver, expr: str, band: Band = BAND) -> float:
     """P(lo ≤ solves ≤ hi) of k attempts for the synthetic solver (its own success probability)."""
-    return _solves_between(solver.success_probability(expr), band.k, band.lo, band.hi)
+    return band.probability(solver.success_probability(expr))
 
 
 def too_easy_probability(solver: SyntheticArithSolver, expr: str, band: Band = BAND) -> float:
     """P(solves > hi) of k attempts: the task is above the band for this solver."""
-    return _solves_between(solver.success_probability(expr), band.k, band.hi + 1, band.k)
-
-
-def _solves_between(p: float, k: int, lo: int, hi: int) -> float:
-    return sum(math.comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(lo, hi + 1))
+    if band.hi == band.k:
+        return 0.0
+    return Band(band.k, band.hi + 1, band.k).probability(solver.success_probability(expr))
 
 
 @contextmanager
