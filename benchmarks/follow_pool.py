@@ -20,6 +20,7 @@ generator's candidates beside the policy's; their pool is also reported apart).
 from __future__ import annotations
 
 import bisect
+import json
 import sqlite3
 import statistics
 from datetime import UTC, datetime
@@ -80,19 +81,22 @@ def _r(x: float) -> float:
     return round(float(x), 4)
 
 
-def thirds(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Means over seeds of each seed's first, middle and last third of blocks."""
+STEP_WINDOWS = ((0, 29), (30, 59), (60, 99))  # the trainer's GRPO steps
+
+
+def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per window of the trainer's steps: the mean over seeds of each seed's mean over its blocks there (the arms
+    run different numbers of daemon cycles per step, so windows of steps, not of cycles, compare them)."""
     keys = ("pool_in_band", "pool_too_easy", "best_quarter", "emitted_in_band", "rho")
     out: dict[str, Any] = {}
-    for name, part in (("first", 0), ("middle", 1), ("last", 2)):
-        vals: dict[str, list[float]] = {k: [] for k in keys}
+    for lo, hi in STEP_WINDOWS:
+        seeds: dict[str, list[float]] = {k: [] for k in keys}
         for rows in per_seed:
-            n = len(rows)
-            for row in rows[part * n // 3:(part + 1) * n // 3]:
-                for k in keys:
-                    if row.get(k) is not None:
-                        vals[k].append(row[k])
-        out[name] = {k: _r(statistics.mean(v)) if v else None for k, v in vals.items()}
+            for k in keys:
+                vals = [r[k] for r in rows if lo <= r["step"] <= hi and r.get(k) is not None]
+                if vals:
+                    seeds[k].append(statistics.mean(vals))
+        out[f"steps {lo}-{hi}"] = {k: _r(statistics.mean(v)) if v else None for k, v in seeds.items()}
     return out
 
 
@@ -103,9 +107,21 @@ def thirds(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached (follow_trainer's) and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
-def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int) -> None:
+@click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
+def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int, resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
+
+    if resummarize:
+        path = RESULTS / "follow_pool.json"
+        data = json.loads(path.read_text())
+        for arm in data["arms"].values():
+            arm.pop("thirds", None)
+            arm["by_steps"] = by_steps(arm["per_seed"])
+            click.echo(arm["by_steps"])
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        plot(data["arms"], path.with_suffix(".png"))
+        return
 
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
@@ -119,8 +135,8 @@ def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: in
             per_seed.append(rows)
             for row in rows:
                 click.echo(f"[{arm} seed {seed}] {row}", err=True)
-        table[arm] = {"per_seed": per_seed, "thirds": thirds(per_seed)}
-        click.echo(f"{arm}: {table[arm]['thirds']}")
+        table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed)}
+        click.echo(f"{arm}: {table[arm]['by_steps']}")
     write_result("follow_pool", {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
                                  "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / "follow_pool.png")
