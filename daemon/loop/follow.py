@@ -38,7 +38,7 @@ from daemon.loop import health
 from daemon.loop.frontier import FrontierSettings, FrontierTracker
 from daemon.loop.phases import Candidate
 from daemon.loop.state import DriverState
-from probes.band import Band
+from probes.band import Band, Side
 
 log = logging.getLogger("propel.driver")
 
@@ -137,6 +137,9 @@ def mine_acks(driver: Driver, state: DriverState) -> dict[str, float]:
            "trainer_explore_labels": float(sum(1 for r in rows if r.explore))}
     if known:
         out["trainer_utility"] = sum(1 for r in known if r.in_band) / len(known)
+        # above the band: the served mix is behind the trainer's solver (benchmarks/follow_pool.py)
+        out["trainer_too_easy"] = sum(1 for r in known if band.side(int(r.solved), int(r.valid_trials))
+                                      is Side.TOO_EASY) / len(known)
     if high:
         out["probe_precision"] = sum(1 for lab in high if lab.in_band) / len(high)
         out["false_positive_rate"] = (len(high) - sum(1 for lab in high if lab.in_band)) / len(high)

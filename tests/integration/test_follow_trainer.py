@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from curriculum.frontier import drift
 from curriculum.frontier.followed import resolve
@@ -91,6 +92,7 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
         after = [t for _ in range(2) for t in _train(client, driver, "step-1")]
         remeasured = [t for t in after if t.message.get("remeasure")]
         status = client.status()["following"]
+    tick_to(driver, "rl", driver.state()[1] + 1)  # a trainer round mines the last acks
 
     with store.session() as s:
         assert s.scalar(select(func.count()).select_from(SolverTrial)) == spot_trials  # no spot-check since
@@ -101,12 +103,26 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
         measured = drift.measurements(s, driver.run_id, TRAINER, "done") + drift.measurements(
             s, driver.run_id, TRAINER, "measuring")
         mined = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "trainer_labels")).all()
+        too_easy = _per_cycle(s, "trainer_too_easy", "trainer_labels")
+        above = s.scalar(select(func.count()).select_from(Label).where(
+            Label.solver_name == TRAINER, Label.source == "consumer", Label.solved > driver.s.band.hi))
         assert resolve(s, "configured", "first_trainer").name == TRAINER  # from the store: a restart keeps it
     explored_all = {t.id for t in served + after if t.message.get("explore")}
     assert sum(1 for _, e in labels if e) >= len(explored_all) > 0  # the explore flag is on the stored labels
     assert fps > 0 and sum(mined) >= len(served)  # false positives mined from the acks
+    assert above and sum(share * n for share, n in too_easy) == pytest.approx(above)  # every ack above the band
     refreshes = [j for j in jobs if j.get("role") == "primary" and j.get("solver") == TRAINER]
     assert refreshes and {j["recent_labels"] for j in refreshes} == {60}  # on its newest labels
     assert remeasured and {t.message.get("remeasure_version") for t in remeasured} == {"step-1"}
     assert [(m.new_version, m.measured > 0) for m in measured] == [("step-1", True)]  # from the trainer's acks
     assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]
+
+
+def _per_cycle(s: Session, share: str, count: str) -> list[tuple[float, float]]:
+    """(share, count) of the cycles that recorded both metrics."""
+    rows = s.execute(select(MetricPoint.cycle, MetricPoint.name, MetricPoint.value)
+                     .where(MetricPoint.name.in_([share, count]))).all()
+    by: dict[int, dict[str, float]] = {}
+    for cycle, name, value in rows:
+        by.setdefault(cycle, {})[name] = value
+    return [(v[share], v[count]) for v in by.values() if share in v and count in v]
