@@ -8,7 +8,8 @@ probabilities of the synthetic solver:
 
 * **pool**: the candidates' mean in-band probability (what an unfiltered draw serves) and too-easy share;
 * **best quarter**: what a perfect gate keeping a quarter of the pool would serve: the bound the pool sets;
-* **emitted**: what the gate served; **rho**: Spearman of the score against in-band: how well the gate ranks.
+* **emitted**: what the gate served (explored tasks, served unfiltered, left out); **rho**: Spearman of the
+  gate's score (its first, at sampling) against in-band: how well the gate ranks.
 
 A gate far under the best quarter with a low rho is the gate's bound; a best quarter near the emitted share
 is the pool's. Arms: ``on`` (the default) and ``on_ref<S>`` (``daemon.reference_share = S``, the untrained
@@ -37,19 +38,27 @@ from testkit.follow_trainer import Run, Scenario
 BLOCK = 4  # daemon cycles per row
 
 
-def candidates(db: Path) -> list[tuple[int, float, str, float, bool, bool]]:
-    """(cycle, created_at epoch, text, latest score, emitted, from the untrained generator) of valid candidates."""
+Candidate = tuple[int, float, str, float, bool, bool, bool]
+
+
+def candidates(db: Path) -> list[Candidate]:
+    """(cycle, created_at epoch, text, score, emitted by the gate, emitted unfiltered (explore), from the untrained
+    generator) of the valid candidates. The score is the first one, the gate's at sampling: emitted tasks that
+    wait in the queue are scored again by every refreshed probe. The store keeps a task once per content, so a
+    candidate the generator samples again in a later cycle counts once, in the cycle that first made it."""
     with sqlite3.connect(db) as con:
         rows = con.execute(
             "SELECT t.cycle, t.created_at, t.text,"
-            " (SELECT probability FROM probe_scores s WHERE s.task_id = t.id ORDER BY s.id DESC LIMIT 1),"
-            " EXISTS (SELECT 1 FROM queue q WHERE q.task_id = t.id), t.adapter_hash IS NULL"
+            " (SELECT probability FROM probe_scores s WHERE s.task_id = t.id ORDER BY s.id LIMIT 1),"
+            " EXISTS (SELECT 1 FROM queue q WHERE q.task_id = t.id AND NOT COALESCE(q.explore, 0)),"
+            " EXISTS (SELECT 1 FROM queue q WHERE q.task_id = t.id AND COALESCE(q.explore, 0)),"
+            " COALESCE(json_extract(t.payload, '$.generator') = 'reference', 0)"
             " FROM tasks t WHERE t.valid AND t.cycle IS NOT NULL").fetchall()
     return [(int(c), datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp(), text, float(score), bool(em),
-             bool(ref)) for c, at, text, score, em, ref in rows if score is not None]
+             bool(ex), bool(ref)) for c, at, text, score, em, ex, ref in rows if score is not None]
 
 
-def blocks(run: Run, rows: list[tuple[int, float, str, float, bool, bool]], seed: int) -> list[dict[str, Any]]:
+def blocks(run: Run, rows: list[Candidate], seed: int) -> list[dict[str, Any]]:
     """Per block of cycles, at the trainer's skill when the block's candidates were made (its median time)."""
     from curriculum.solvers.synthetic import SyntheticArithSolver
     from probes.metrics import spearman
@@ -65,11 +74,12 @@ def blocks(run: Run, rows: list[tuple[int, float, str, float, bool, bool]], seed
         judge = SyntheticArithSolver(offset=run.steps[step].skill, seed=seed)
         ib = np.array([in_band_probability(judge, r[2]) for r in sel])
         easy = np.array([too_easy_probability(judge, r[2]) for r in sel])
-        score, emitted, ref = (np.array([r[i] for r in sel]) for i in (3, 4, 5))
+        score, emitted, explored, ref = (np.array([r[i] for r in sel]) for i in (3, 4, 5, 6))
         row = {"cycles": [lo, lo + BLOCK - 1], "step": step, "skill": round(run.steps[step].skill, 2),
                "candidates": len(sel), "pool_in_band": _r(ib.mean()), "pool_too_easy": _r(easy.mean()),
                "best_quarter": _r(np.sort(ib)[-max(1, len(ib) // 4):].mean()),
                "emitted": int(emitted.sum()), "emitted_in_band": _r(ib[emitted].mean()) if emitted.any() else None,
+               "explored": int(explored.sum()),
                "rho": _r(spearman(score, ib))}
         if ref.any() and (~ref).any():
             row |= {"reference_in_band": _r(ib[ref].mean()), "policy_in_band": _r(ib[~ref].mean())}
@@ -128,14 +138,16 @@ def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: in
     arms = ["on"] + ([f"on_ref{reference_share:g}"] if reference_share else [])
     table: dict[str, Any] = {}
     for arm in arms:
-        per_seed = []
+        per_seed: list[list[dict[str, Any]]] = []
+        clocks: list[list[list[float]]] = []
         for seed in range(seeds):
             run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / "follow_pool")
             rows = blocks(run, candidates(data_dir / "runs" / "follow_pool" / f"{arm}-s{seed}" / "propel.db"), seed)
             per_seed.append(rows)
+            clocks.append([[round(r.at, 3), round(r.skill, 4)] for r in run.steps])
             for row in rows:
                 click.echo(f"[{arm} seed {seed}] {row}", err=True)
-        table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed)}
+        table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks}
         click.echo(f"{arm}: {table[arm]['by_steps']}")
     write_result("follow_pool", {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
                                  "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})

@@ -25,15 +25,21 @@ _PREBUILD: subprocess.Popen[bytes] | None = None
 @pytest.hookimpl(trylast=True)  # after the tmp_path plugin has set up its factory
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``make test``), the controller trains the e2e tests' generator in the background
-    from the start, into a cache its workers share (:mod:`testkit.e2e_generator`)."""
+    from the start, into a cache its workers share (:mod:`testkit.e2e_generator`): ``PROPEL_E2E_CACHE`` when
+    the user set it, else ``PROPEL_E2E_RUN_CACHE`` under this run's temp root (set here for the workers)."""
     global _PREBUILD
-    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
-        return  # not the controller of an xdist run
-    cache = os.environ.setdefault("PROPEL_E2E_CACHE", str(config._tmp_path_factory.getbasetemp() / "e2e-models"))
+    if hasattr(config, "workerinput"):  # an xdist worker: its sandbox runs draw uids from a slot of their own
+        os.environ["PROPEL_SANDBOX_UID_SLOT"] = str(1 + int(config.workerinput["workerid"].removeprefix("gw")))
+    if (not config.getoption("numprocesses", None) or hasattr(config, "workerinput")
+            or config.option.collectonly or config.option.help):
+        return  # not the controller of an xdist run that runs tests
+    cache = os.environ.get("PROPEL_E2E_CACHE") or os.environ.setdefault(
+        "PROPEL_E2E_RUN_CACHE", str(config._tmp_path_factory.getbasetemp() / "e2e-models"))
     Path(cache).mkdir(parents=True, exist_ok=True)
     with open(cache + ".log", "wb") as log:
         _PREBUILD = subprocess.Popen([sys.executable, "-m", "testkit.e2e_generator", cache], stdout=log,
-                                     stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                                     stderr=subprocess.STDOUT, cwd=config.rootpath,
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

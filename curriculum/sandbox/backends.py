@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
 from curriculum.sandbox.cgroup import OOM_FD_ENV, RunCgroup
-from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
+from curriculum.sandbox.forkserver import SANDBOX_UID_MIN, uid_slot
 from curriculum.sandbox.process import prlimit_argv, processes_of_uid, remove_tree, run_command
 from curriculum.sandbox.seccomp import filter_program, install_preamble
 
@@ -122,14 +122,16 @@ def _full_uid_map() -> bool:
 
 
 def run_uid() -> int | None:
-    """The uid one sandboxed run executes as: a fresh random uid at or above ``SANDBOX_UID_MIN``
-    as root (so limits, processes and files are per run), ``nobody`` as root in a user namespace
-    that maps few uids, ``None`` (the invoking user) when not root."""
+    """The uid one sandboxed run executes as: a fresh random uid of this process's slot
+    (:func:`curriculum.sandbox.forkserver.uid_slot`, at or above ``SANDBOX_UID_MIN``) as root (so
+    limits, processes and files are per run), ``nobody`` as root in a user namespace that maps few
+    uids, ``None`` (the invoking user) when not root."""
     if os.geteuid() != 0:
         return None
     if not _full_uid_map():
         return NOBODY
-    return SANDBOX_UID_MIN + secrets.randbelow(1 << 24)
+    lo, hi = uid_slot()
+    return lo + secrets.randbelow(hi - lo)
 
 
 def nproc_limit(limits: Limits, uid: int | None) -> int:

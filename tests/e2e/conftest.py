@@ -20,11 +20,11 @@ from testkit.configs import write_config  # noqa: F401 (the e2e tests' config wr
 @pytest.fixture(scope="session")
 def tiny_generator(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bootstrapped arith generator, trained once per run (:mod:`testkit.e2e_generator`): in
-    ``PROPEL_E2E_CACHE`` when set (the xdist controller sets it for its workers), else in this session's
-    temp directory."""
+    ``PROPEL_E2E_CACHE`` when set (a cache kept across sessions), else in ``PROPEL_E2E_RUN_CACHE`` (the xdist
+    controller's, shared by its workers), else in this session's temp directory."""
     from testkit.e2e_generator import cached_generator
 
-    cache = os.environ.get("PROPEL_E2E_CACHE")
+    cache = os.environ.get("PROPEL_E2E_CACHE") or os.environ.get("PROPEL_E2E_RUN_CACHE")
     return cached_generator(Path(cache) if cache else tmp_path_factory.getbasetemp() / "e2e-models")
 
 

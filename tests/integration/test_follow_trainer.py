@@ -103,9 +103,10 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
         measured = drift.measurements(s, driver.run_id, TRAINER, "done") + drift.measurements(
             s, driver.run_id, TRAINER, "measuring")
         mined = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "trainer_labels")).all()
-        too_easy = _per_cycle(s, "trainer_too_easy", "trainer_labels")
-        above = s.scalar(select(func.count()).select_from(Label).where(
-            Label.solver_name == TRAINER, Label.source == "consumer", Label.solved > driver.s.band.hi))
+        too_easy = _per_cycle(s, driver.run_id, "trainer_too_easy", "trainer_labels")
+        above = s.scalar(select(func.count()).select_from(Label).where(  # every ack here has n = k, all valid
+            Label.run_id == driver.run_id, Label.solver_name == TRAINER, Label.source == "consumer",
+            Label.solved > driver.s.band.hi))
         assert resolve(s, "configured", "first_trainer").name == TRAINER  # from the store: a restart keeps it
     explored_all = {t.id for t in served + after if t.message.get("explore")}
     assert sum(1 for _, e in labels if e) >= len(explored_all) > 0  # the explore flag is on the stored labels
@@ -118,10 +119,10 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
     assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]
 
 
-def _per_cycle(s: Session, share: str, count: str) -> list[tuple[float, float]]:
-    """(share, count) of the cycles that recorded both metrics."""
+def _per_cycle(s: Session, run_id: int, share: str, count: str) -> list[tuple[float, float]]:
+    """(share, count) of the run's cycles that recorded both metrics."""
     rows = s.execute(select(MetricPoint.cycle, MetricPoint.name, MetricPoint.value)
-                     .where(MetricPoint.name.in_([share, count]))).all()
+                     .where(MetricPoint.run_id == run_id, MetricPoint.name.in_([share, count]))).all()
     by: dict[int, dict[str, float]] = {}
     for cycle, name, value in rows:
         by.setdefault(cycle, {})[name] = value

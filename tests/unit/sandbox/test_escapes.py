@@ -15,7 +15,7 @@ import pytest
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
 from curriculum.sandbox.base import SCRUBBED_ENV, Sandbox
 from curriculum.sandbox.cgroup import OOM_FD_ENV
-from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
+from curriculum.sandbox.forkserver import uid_slot
 from testkit.waiting import eventually
 
 BWRAP_OK, BWRAP_REASON = bwrap_probe()
@@ -34,8 +34,9 @@ def make(name: str) -> Sandbox:
 
 
 def sandbox_processes() -> int:
-    """Live processes of per-run sandbox uids (as root every run has its own uid at or above
-    ``SANDBOX_UID_MIN``; other jobs on a shared machine may run sandboxes as ``nobody``)."""
+    """Live processes of this process's per-run sandbox uids (as root every run has its own uid in this
+    process's slot, :func:`curriculum.sandbox.forkserver.uid_slot`; other xdist workers draw from other slots,
+    and other jobs on a shared machine may run sandboxes as ``nobody``)."""
     return len([pid for pid in os.listdir("/proc") if pid.isdigit() and _per_run_uid_alive(pid)])
 
 
@@ -45,7 +46,8 @@ def _per_run_uid_alive(pid: str) -> bool:
             fields = dict(line.split(":", 1) for line in fh if ":" in line)
     except OSError:
         return False
-    return int(fields["Uid"].split()[0]) >= SANDBOX_UID_MIN and fields["State"].split()[0] not in "ZX"
+    lo, hi = uid_slot()
+    return lo <= int(fields["Uid"].split()[0]) < hi and fields["State"].split()[0] not in "ZX"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.sandbox.backends import PythonRuntime, unreadable_runtime
+from curriculum.sandbox.backends import PythonRuntime, run_uid, unreadable_runtime
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,3 +79,21 @@ def test_a_run_from_a_venv_in_a_private_directory_fails_with_the_fix(open_dir: P
     status, infra, reason = out.strip().splitlines()[-1].split("|")
     assert (status, infra) == ("error", "True")
     assert f"{private} has mode 0700" in reason and f"chmod o+rx {private}" in reason
+
+
+def test_run_uids_come_from_the_slot_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sandboxing processes on one host with different ``PROPEL_SANDBOX_UID_SLOT`` draw disjoint run uids;
+    a bad slot is one error naming the setting."""
+    from curriculum.sandbox.forkserver import SANDBOX_UID_MIN, UID_SLOT_SIZE, UID_SLOTS, uid_slot
+
+    monkeypatch.delenv("PROPEL_SANDBOX_UID_SLOT", raising=False)
+    assert uid_slot() == (SANDBOX_UID_MIN, SANDBOX_UID_MIN + UID_SLOT_SIZE)
+    monkeypatch.setenv("PROPEL_SANDBOX_UID_SLOT", "2")
+    lo, hi = uid_slot()
+    assert (lo, hi) == (SANDBOX_UID_MIN + 2 * UID_SLOT_SIZE, SANDBOX_UID_MIN + 3 * UID_SLOT_SIZE)
+    uid = run_uid()  # as root with a full uid map a per-run uid, which must come from the slot
+    assert uid is None or uid < SANDBOX_UID_MIN or lo <= uid < hi
+    for bad in ("-1", "x", str(UID_SLOTS)):
+        monkeypatch.setenv("PROPEL_SANDBOX_UID_SLOT", bad)
+        with pytest.raises(ValueError, match="PROPEL_SANDBOX_UID_SLOT must be an integer from 0 to 63"):
+            uid_slot()
