@@ -49,8 +49,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The e2e tests last (a stable sort): by the time a worker reaches them, the generator they share is trained."""
-    items.sort(key=lambda item: "/tests/e2e/" in str(item.path))
+    """A stable sort that keeps two workers busy to the end: first the heavy files that need no generator
+    (integration, e2e faults and load) while the generator trains, then the e2e tests that share it, then the
+    many short unit tests, which fill the tail."""
+    def rank(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        if "/tests/e2e/" not in path:
+            return 0 if "/tests/integration/" in path else 2
+        return 0 if "/tests/e2e/faults/" in path or "/tests/e2e/load/" in path else 1
+
+    items.sort(key=rank)
 
 
 def require_service(name: str, available: bool, detail: str = "") -> None:
