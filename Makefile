@@ -56,8 +56,7 @@ prereqs:  ## check (as root on Debian: install) the system packages; one line pe
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
 
 # Two pytest-xdist workers (TEST_WORKERS=0: one process): each has its own PostgreSQL database, the fault tests
-# their private servers, every server a free port; integration first, e2e next (on a generator trained from
-# the start), short unit tests last.
+# their private servers, every server a free port; the e2e tests share a generator trained from the start.
 test: $(STAMP) $(ADAPTERS_STAMP)  ## the whole suite: unit, integration (real Postgres/Redis/RabbitMQ/Celery/HTTP), e2e
 	@PYTHON=$(PYTHON) sh scripts/prereqs test
 	$(BIN)/python -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
