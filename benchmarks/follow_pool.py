@@ -126,7 +126,6 @@ def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: in
         path = RESULTS / "follow_pool.json"
         data = json.loads(path.read_text())
         for arm in data["arms"].values():
-            arm.pop("thirds", None)
             arm["by_steps"] = by_steps(arm["per_seed"])
             click.echo(arm["by_steps"])
         path.write_text(json.dumps(data, indent=2) + "\n")

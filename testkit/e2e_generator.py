@@ -4,8 +4,7 @@
 (300 bootstrap steps, ~90 s on 2 cores). :func:`cached_generator` trains it under a file lock in a cache
 that all workers share, so one process trains and the others find it done. The xdist controller starts
 that training in the background as the run begins (``python -m testkit.e2e_generator CACHE``, see
-``tests/conftest.py``), and the e2e files that share it are ordered after the heavy files that need no
-generator, so no worker sits idle waiting for it.
+``tests/conftest.py``), so no worker sits idle waiting for it.
 """
 
 from __future__ import annotations

@@ -24,15 +24,17 @@ _PREBUILD: subprocess.Popen[bytes] | None = None
 
 @pytest.hookimpl(trylast=True)  # after the tmp_path plugin has set up its factory
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (``make test``), the controller trains the e2e tests' generator in the background
-    from the start, into a cache its workers share (:mod:`testkit.e2e_generator`): ``PROPEL_E2E_CACHE`` when
-    the user set it, else ``PROPEL_E2E_RUN_CACHE`` under this run's temp root (set here for the workers)."""
-    global _PREBUILD
     if hasattr(config, "workerinput"):  # an xdist worker: its sandbox runs draw uids from a slot of their own
         os.environ["PROPEL_SANDBOX_UID_SLOT"] = str(1 + int(config.workerinput["workerid"].removeprefix("gw")))
-    if (not config.getoption("numprocesses", None) or hasattr(config, "workerinput")
-            or config.option.collectonly or config.option.help):
-        return  # not the controller of an xdist run that runs tests
+    elif config.getoption("numprocesses", None) and not (config.option.collectonly or config.option.help):
+        _start_prebuild(config)
+
+
+def _start_prebuild(config: pytest.Config) -> None:
+    """The xdist controller (``make test``) trains the e2e tests' generator in the background from the start,
+    into a cache its workers share (:mod:`testkit.e2e_generator`): ``PROPEL_E2E_CACHE`` when the user set it,
+    else ``PROPEL_E2E_RUN_CACHE`` under this run's temp root (set here for the workers)."""
+    global _PREBUILD
     cache = os.environ.get("PROPEL_E2E_CACHE") or os.environ.setdefault(
         "PROPEL_E2E_RUN_CACHE", str(config._tmp_path_factory.getbasetemp() / "e2e-models"))
     Path(cache).mkdir(parents=True, exist_ok=True)
@@ -46,19 +48,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _PREBUILD is not None and _PREBUILD.poll() is None:  # a run that never needed it
         _PREBUILD.terminate()
         _PREBUILD.wait(timeout=30)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A stable sort that keeps two workers busy to the end: first the heavy files that need no generator
-    (integration, e2e faults and load) while the generator trains, then the e2e tests that share it, then the
-    many short unit tests, which fill the tail."""
-    def rank(item: pytest.Item) -> int:
-        path = item.path.as_posix()
-        if "/tests/e2e/" not in path:
-            return 0 if "/tests/integration/" in path else 2
-        return 0 if "/tests/e2e/faults/" in path or "/tests/e2e/load/" in path else 1
-
-    items.sort(key=rank)
 
 
 def require_service(name: str, available: bool, detail: str = "") -> None:

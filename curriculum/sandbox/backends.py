@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 
 from curriculum.sandbox.base import SCRUBBED_ENV, ExecutionResult, Limits, Sandbox
 from curriculum.sandbox.cgroup import OOM_FD_ENV, RunCgroup
-from curriculum.sandbox.forkserver import SANDBOX_UID_MIN, uid_slot
+from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
 from curriculum.sandbox.process import prlimit_argv, processes_of_uid, remove_tree, run_command
 from curriculum.sandbox.seccomp import filter_program, install_preamble
 
@@ -121,9 +121,24 @@ def _full_uid_map() -> bool:
         return False
 
 
+#: Run uids come from a slot of 2**24 uids: ``PROPEL_SANDBOX_UID_SLOT = k`` (0 by default, 0-63) draws them from
+#: ``[SANDBOX_UID_MIN + k·2**24, SANDBOX_UID_MIN + (k+1)·2**24)``, so sandboxing processes given different slots
+#: on one host (two daemons; the test suite's xdist workers) can tell their runs apart.
+UID_SLOT_SIZE, UID_SLOTS = 1 << 24, 64
+
+
+def uid_slot() -> tuple[int, int]:
+    """``[lo, hi)`` of this process's run uids (``PROPEL_SANDBOX_UID_SLOT``); ``ValueError`` naming the setting."""
+    raw = os.environ.get("PROPEL_SANDBOX_UID_SLOT", "0")
+    if not raw.isdigit() or int(raw) >= UID_SLOTS:
+        raise ValueError(f"PROPEL_SANDBOX_UID_SLOT must be an integer from 0 to {UID_SLOTS - 1}, got {raw!r}")
+    lo = SANDBOX_UID_MIN + int(raw) * UID_SLOT_SIZE
+    return lo, lo + UID_SLOT_SIZE
+
+
 def run_uid() -> int | None:
     """The uid one sandboxed run executes as: a fresh random uid of this process's slot
-    (:func:`curriculum.sandbox.forkserver.uid_slot`, at or above ``SANDBOX_UID_MIN``) as root (so
+    (:func:`uid_slot`, at or above ``SANDBOX_UID_MIN``) as root (so
     limits, processes and files are per run), ``nobody`` as root in a user namespace that maps few
     uids, ``None`` (the invoking user) when not root."""
     if os.geteuid() != 0:

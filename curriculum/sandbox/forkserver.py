@@ -64,19 +64,6 @@ with contextlib.suppress(ImportError):  # inside the sandbox harness.py's source
 #: Per-run sandbox uids start here (see ``curriculum.sandbox.backends.run_uid``); a process with
 #: such a uid owns nothing on the host but this run's files, so it may delete them.
 SANDBOX_UID_MIN = 1 << 30
-#: Run uids come from a slot of 2**24 uids: ``PROPEL_SANDBOX_UID_SLOT = k`` (0 by default, 0-63) draws them from
-#: ``[SANDBOX_UID_MIN + k·2**24, SANDBOX_UID_MIN + (k+1)·2**24)``, so sandboxing processes given different slots
-#: on one host (two daemons; the test suite's xdist workers) can tell their runs apart.
-UID_SLOT_SIZE, UID_SLOTS = 1 << 24, 64
-
-
-def uid_slot() -> tuple[int, int]:
-    """``[lo, hi)`` of this process's run uids (``PROPEL_SANDBOX_UID_SLOT``); ``ValueError`` naming the setting."""
-    raw = os.environ.get("PROPEL_SANDBOX_UID_SLOT", "0")
-    if not raw.isdigit() or int(raw) >= UID_SLOTS:
-        raise ValueError(f"PROPEL_SANDBOX_UID_SLOT must be an integer from 0 to {UID_SLOTS - 1}, got {raw!r}")
-    lo = SANDBOX_UID_MIN + int(raw) * UID_SLOT_SIZE
-    return lo, lo + UID_SLOT_SIZE
 CALL_STATUSES = frozenset({"ok", "error", "timeout", "memory", "unserialisable", "output_limit", "skipped"})
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 #: Inode times come from a coarse clock (one tick; whole seconds on some file systems): a directory

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from curriculum.sandbox import BubblewrapSandbox, Limits, RlimitSandbox, bwrap_probe
+from curriculum.sandbox.backends import uid_slot
 from curriculum.sandbox.base import SCRUBBED_ENV, Sandbox
 from curriculum.sandbox.cgroup import OOM_FD_ENV
-from curriculum.sandbox.forkserver import uid_slot
 from testkit.waiting import eventually
 
 BWRAP_OK, BWRAP_REASON = bwrap_probe()
@@ -35,7 +35,7 @@ def make(name: str) -> Sandbox:
 
 def sandbox_processes() -> int:
     """Live processes of this process's per-run sandbox uids (as root every run has its own uid in this
-    process's slot, :func:`curriculum.sandbox.forkserver.uid_slot`; other xdist workers draw from other slots,
+    process's slot, :func:`curriculum.sandbox.backends.uid_slot`; other xdist workers draw from other slots,
     and other jobs on a shared machine may run sandboxes as ``nobody``)."""
     return len([pid for pid in os.listdir("/proc") if pid.isdigit() and _per_run_uid_alive(pid)])
 
@@ -46,8 +46,13 @@ def _per_run_uid_alive(pid: str) -> bool:
             fields = dict(line.split(":", 1) for line in fh if ":" in line)
     except OSError:
         return False
+    return ours(int(fields["Uid"].split()[0])) and fields["State"].split()[0] not in "ZX"
+
+
+def ours(uid: int) -> bool:
+    """A run uid of this process's slot: another xdist worker's runs (another slot) are not this test's."""
     lo, hi = uid_slot()
-    return lo <= int(fields["Uid"].split()[0]) < hi and fields["State"].split()[0] not in "ZX"
+    return lo <= uid < hi
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

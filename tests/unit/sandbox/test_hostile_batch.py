@@ -21,9 +21,8 @@ import pytest
 from curriculum.sandbox import BatchRunner, BubblewrapSandbox, Limits, Program, ProgramResult, RlimitSandbox
 from curriculum.sandbox.batch import compare_runs
 from curriculum.sandbox.cgroup import leftover_cgroups
-from curriculum.sandbox.forkserver import uid_slot
 from testkit.waiting import eventually
-from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT
+from tests.unit.sandbox.test_escapes import BWRAP_OK, BWRAP_REASON, IS_ROOT, ours
 
 PROJECT = Path(__file__).resolve().parents[3]
 LIMITS = Limits(cpu_s=4, wall_s=8.0, memory_mb=256, max_procs=8, file_size_mb=4, tmpfs_mb=8)
@@ -178,12 +177,6 @@ def _text(result: ProgramResult) -> str:
     return " ".join(str(v) for v in (result.reason, call and call.error, call and call.output) if v)
 
 
-def _ours(uid: int) -> bool:
-    """A run uid of this process's slot: another xdist worker's runs (another slot) are not this test's."""
-    lo, hi = uid_slot()
-    return lo <= uid < hi
-
-
 def _sandbox_leftovers() -> tuple[list[int], list[str]]:
     procs = [p for p in os.listdir("/proc") if p.isdigit()]
     alive = []
@@ -193,13 +186,13 @@ def _sandbox_leftovers() -> tuple[list[int], list[str]]:
                 fields = dict(line.split(":", 1) for line in fh if ":" in line)
         except OSError:
             continue
-        if _ours(int(fields["Uid"].split()[0])) and fields["State"].split()[0] not in "ZX":
+        if ours(int(fields["Uid"].split()[0])) and fields["State"].split()[0] not in "ZX":
             alive.append(int(pid))
     files = []
     for base in ("/tmp", "/var/tmp", "/dev/shm"):
         for entry in os.scandir(base):
             try:
-                if _ours(entry.stat(follow_symlinks=False).st_uid):
+                if ours(entry.stat(follow_symlinks=False).st_uid):
                     files.append(entry.path)
             except OSError:
                 continue

@@ -84,7 +84,8 @@ def test_a_run_from_a_venv_in_a_private_directory_fails_with_the_fix(open_dir: P
 def test_run_uids_come_from_the_slot_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two sandboxing processes on one host with different ``PROPEL_SANDBOX_UID_SLOT`` draw disjoint run uids;
     a bad slot is one error naming the setting."""
-    from curriculum.sandbox.forkserver import SANDBOX_UID_MIN, UID_SLOT_SIZE, UID_SLOTS, uid_slot
+    from curriculum.sandbox.backends import UID_SLOT_SIZE, UID_SLOTS, uid_slot
+    from curriculum.sandbox.forkserver import SANDBOX_UID_MIN
 
     monkeypatch.delenv("PROPEL_SANDBOX_UID_SLOT", raising=False)
     assert uid_slot() == (SANDBOX_UID_MIN, SANDBOX_UID_MIN + UID_SLOT_SIZE)
