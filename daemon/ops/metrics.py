@@ -66,6 +66,10 @@ GAUGES: dict[str, tuple[str, str]] = {
                          "cycles (degraded: emission_stalled)"),
     "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
                                "health.max_paused_cycles and were ended this cycle"),
+    "trainer_utility": ("propel_trainer_utility_ratio", "In-band share of the followed trainer's outcomes (acks) "
+                        "mined this cycle (absent: no new acks)"),
+    "trainer_too_easy": ("propel_trainer_too_easy_ratio", "Share of the followed trainer's outcomes mined this "
+                         "cycle above the band: the served mix is behind the trainer (absent: no new acks)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }

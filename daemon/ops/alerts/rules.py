@@ -157,6 +157,10 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
               for_cycles=1, severity=Severity.WARNING,
               description="a new solver version moved the frontier: over 30% of formerly in-band tasks left the "
                           "band (the primary probe is refreshed above frontier.refresh_drift_threshold)"),
+    AlertRule(name="frontier_behind_trainer", metric="trainer_too_easy", comparator=Comparator.GT, threshold=0.5,
+              for_cycles=3, severity=Severity.WARNING,
+              description="the followed trainer solves most served tasks above the band: its solver outran the "
+                          "generator's candidates (docs/FRONTIER.md, 'Where the frontier is lost')"),
 )
 
 

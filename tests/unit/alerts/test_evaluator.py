@@ -107,10 +107,21 @@ def test_default_rules_catch_the_paper_failure_modes() -> None:
     collapsing = {c: {"top_topic_share": 0.2 + 0.1 * c, "distinct3": 0.7 - 0.08 * c, "validity": 0.95 - 0.1 * c,
                       "probe_precision": 0.6 - 0.06 * c, "self_bleu3": 0.55 + 0.05 * c,
                       "drift_score": 0.1 * c, "emission_stalled": float(c >= 8),
-                      "probes_suspect": float(c >= 5), "emission_pause_expired": float(c >= 9)} for c in range(10)}
+                      "probes_suspect": float(c >= 5), "emission_pause_expired": float(c >= 9),
+                      "trainer_too_easy": 0.1 * c} for c in range(10)}
     fired = {e.rule for e in evaluate(DEFAULT_RULES, collapsing, {}) if e.kind == "fire"}
     assert fired == {r.name for r in DEFAULT_RULES}
     healthy = {c: {"top_topic_share": 0.1, "distinct3": 0.7, "validity": 0.97, "probe_precision": 0.6,
                    "self_bleu3": 0.57, "drift_score": 0.1, "emission_stalled": 0.0,
-                   "probes_suspect": 0.0, "emission_pause_expired": 0.0} for c in range(8)}
+                   "probes_suspect": 0.0, "emission_pause_expired": 0.0, "trainer_too_easy": 0.3} for c in range(8)}
     assert evaluate(DEFAULT_RULES, healthy, {}) == []
+
+
+def test_frontier_behind_trainer_needs_three_observed_cycles_over_half() -> None:
+    """Cycles without new acks record no ``trainer_too_easy``: they neither break nor extend the streak."""
+    rule = next(r for r in DEFAULT_RULES if r.name == "frontier_behind_trainer")
+    history = {0: {"trainer_too_easy": 0.8}, 1: {}, 2: {"trainer_too_easy": 0.7}, 3: {"trainer_too_easy": 0.4},
+               4: {"trainer_too_easy": 0.6}, 5: {"trainer_too_easy": 0.9}, 6: {}, 7: {"trainer_too_easy": 0.55},
+               8: {"trainer_too_easy": 0.2}}
+    events = [(e.kind, e.cycle) for e in evaluate([rule], history, {})]
+    assert events == [("fire", 7), ("resolve", 8)]
