@@ -8,6 +8,8 @@ probabilities of the synthetic solver:
 
 * **pool**: the candidates' mean in-band probability (what an unfiltered draw serves) and too-easy share;
 * **best quarter**: what a perfect gate keeping a quarter of the pool would serve: the bound the pool sets;
+* **score quarter**: the quarter of the pool the gate's score ranks highest, with no emission rule (topic cap,
+  backpressure): what the ranking alone would serve;
 * **emitted**: what the gate served (explored tasks, served unfiltered, left out); **rho**: Spearman of the
   gate's score (its first, at sampling) against in-band: how well the gate ranks.
 
@@ -78,6 +80,7 @@ def blocks(run: Run, rows: list[Candidate], seed: int) -> list[dict[str, Any]]:
         row = {"cycles": [lo, lo + BLOCK - 1], "step": step, "skill": round(run.steps[step].skill, 2),
                "candidates": len(sel), "pool_in_band": _r(ib.mean()), "pool_too_easy": _r(easy.mean()),
                "best_quarter": _r(np.sort(ib)[-max(1, len(ib) // 4):].mean()),
+               "score_quarter": _r(ib[np.argsort(-score, kind="stable")[:max(1, len(ib) // 4)]].mean()),
                "emitted": int(emitted.sum()), "emitted_in_band": _r(ib[emitted].mean()) if emitted.any() else None,
                "explored": int(explored.sum()),
                "rho": _r(spearman(score, ib))}
@@ -97,7 +100,7 @@ STEP_WINDOWS = ((0, 29), (30, 59), (60, 99))  # the trainer's GRPO steps
 def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Per window of the trainer's steps: the mean over seeds of each seed's mean over its blocks there (the arms
     run different numbers of daemon cycles per step, so windows of steps, not of cycles, compare them)."""
-    keys = ("pool_in_band", "pool_too_easy", "best_quarter", "emitted_in_band", "rho")
+    keys = ("pool_in_band", "pool_too_easy", "best_quarter", "score_quarter", "emitted_in_band", "rho")
     out: dict[str, Any] = {}
     for lo, hi in STEP_WINDOWS:
         seeds: dict[str, list[float]] = {k: [] for k in keys}
@@ -117,13 +120,16 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached (follow_trainer's) and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
+@click.option("--name", default="follow_pool", show_default=True,
+              help="result name: benchmarks/results/NAME.{json,png} (and the run directory)")
 @click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
-def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int, resummarize: bool) -> None:
+def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int, name: str,
+         resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
 
     if resummarize:
-        path = RESULTS / "follow_pool.json"
+        path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text())
         for arm in data["arms"].values():
             arm["by_steps"] = by_steps(arm["per_seed"])
@@ -140,17 +146,17 @@ def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: in
         per_seed: list[list[dict[str, Any]]] = []
         clocks: list[list[list[float]]] = []
         for seed in range(seeds):
-            run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / "follow_pool")
-            rows = blocks(run, candidates(data_dir / "runs" / "follow_pool" / f"{arm}-s{seed}" / "propel.db"), seed)
+            run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / name)
+            rows = blocks(run, candidates(data_dir / "runs" / name / f"{arm}-s{seed}" / "propel.db"), seed)
             per_seed.append(rows)
             clocks.append([[round(r.at, 3), round(r.skill, 4)] for r in run.steps])
             for row in rows:
                 click.echo(f"[{arm} seed {seed}] {row}", err=True)
         table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks}
         click.echo(f"{arm}: {table[arm]['by_steps']}")
-    write_result("follow_pool", {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
+    write_result(name, {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
                                  "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
-    plot(table, RESULTS / "follow_pool.png")
+    plot(table, RESULTS / f"{name}.png")
 
 
 def plot(table: dict[str, Any], path: Path) -> None:
@@ -160,12 +166,13 @@ def plot(table: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     keys = (("pool_in_band", "pool (unfiltered)"), ("best_quarter", "best quarter (perfect gate)"),
-            ("emitted_in_band", "emitted (the gate)"))
+            ("score_quarter", "score's top quarter (no emission rule)"), ("emitted_in_band", "emitted (the gate)"))
     fig, axes = plt.subplots(1, len(table), figsize=(5.5 * len(table), 4), squeeze=False)
     for ax, (arm, data) in zip(axes[0], table.items(), strict=True):
-        for (key, label), color in zip(keys, ("tab:gray", "tab:green", "tab:blue"), strict=True):
+        for (key, label), color in zip(keys, ("tab:gray", "tab:green", "tab:orange", "tab:blue"), strict=True):
             for i, rows in enumerate(data["per_seed"]):
-                ax.plot([r["step"] for r in rows], [r[key] if r[key] is not None else np.nan for r in rows],
+                ax.plot([r["step"] for r in rows], [r.get(key, np.nan) if r.get(key) is not None else np.nan
+                                                    for r in rows],
                         color=color, alpha=0.7, label=label if i == 0 else None)
         ax.set(title=f"follow {arm}: in band at the trainer's skill", xlabel="trainer GRPO step (block of 4 cycles)",
                ylabel="exact in-band probability", ylim=(0, 0.8))
