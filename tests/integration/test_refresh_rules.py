@@ -4,6 +4,7 @@ retirement keeps the tasks the current solver version verified in band."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,39 @@ def test_retirement_keeps_tasks_the_current_version_verified_in_band(store: Stor
     with store.session() as s:
         states = dict(s.execute(select(QueueItem.task_id, QueueItem.state).where(QueueItem.task_id.in_(ready))).all())
     assert {t for t in ready if states[t] == "ready"} == kept
+
+
+def test_a_champion_at_chance_is_replaced_though_its_ece_is_better(store: Store, tmp_path: Path) -> None:
+    """A champion that predicts the base rate for every task is calibrated by construction and ranks nothing
+    (#35: one at balanced accuracy 0.500, ECE 0.027 kept out better challengers for 380 cycles). Here it is
+    calibrated on the very holdout it is judged on (ECE 0), so only the chance rule can promote the challenger."""
+    import torch
+
+    from curriculum.frontier.refresh import split_recent
+
+    run_id, ids = arith_run(store, 160)
+    solver = SyntheticArithSolver(seed=1, offset=4.0)
+    ref, artifacts, extractor = tiny_reference(), artifacts_for(store, tmp_path), FeatureExtractor(tiny_reference())
+    spotcheck_version(store, solver, ids, "", run_id)
+    spec: dict[str, Any] = {"solver": solver.solver_id, "staleness": {"keep_versions": 9}, **COMMON}
+    first = run_retrain(store, spec_for(run_id, ref, name="rf-chance-0", **spec), ArithDomain(), extractor, artifacts)
+    assert first.state == "done", first.reason
+    flat = load_probe(artifacts.local_path(first.result["artifact"]))
+    data = load_refresh_data(store, run_id, solver.solver_id, StalenessPolicy(keep_versions=9), ArithDomain())
+    trained = set(flat.training["task_ids"])
+    _, hold = split_recent(list(range(len(data.task_ids))), COMMON["holdout_share"],
+                           frozenset(i for i, t in enumerate(data.task_ids) if t in trained))
+    base = float(data.labels[hold].mean())
+    assert 0 < base < 1
+    with torch.no_grad():  # every task gets the holdout's base rate: balanced accuracy 0.5, ECE 0
+        for p in flat.head.body.parameters():
+            p.zero_()
+        flat.head.body[-1].bias.fill_(math.log(base / (1 - base)))
+    uri = artifacts.put_tree(save_probe(flat, tmp_path / "flat"))
+    out = run_retrain(store, spec_for(run_id, ref, name="rf-chance-1", champion=uri, **spec), ArithDomain(),
+                      extractor, artifacts)
+    assert out.state == "done", out.reason
+    champ, chall = out.result["champion"], out.result["challenger"]
+    assert champ["balanced_accuracy"] == pytest.approx(0.5) and champ["ece"] == pytest.approx(0.0, abs=1e-6)
+    assert chall["balanced_accuracy"] > 0.5 and chall["ece"] > champ["ece"], out.result  # the ECE rule would keep it
+    assert out.result["promote"] is True and "ranks at chance" in out.result["reason"], out.result["reason"]
