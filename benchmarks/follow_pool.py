@@ -14,10 +14,12 @@ probabilities of the synthetic solver:
   gate's score (its first, at sampling) against in-band: how well the gate ranks.
 
 A gate far under the best quarter with a low rho is the gate's bound; a best quarter near the emitted share
-is the pool's. Arms: ``on`` (the default) and ``on_ref<S>`` (``daemon.reference_share = S``, the untrained
-generator's candidates beside the policy's; their pool is also reported apart).
+is the pool's. Beside them, what the trainer was *served* (its own exact in-band share of the tasks it leased,
+at its skill then), per window of its steps and at steps 90-99 (#36's goal: ≥ 0.25). Arms (``--arms``): ``on``
+(the default), ``on_ref<S>`` (``daemon.reference_share = S``, the untrained generator's candidates beside the
+policy's; their pool is also reported apart), ``on_lead<L>`` (``frontier.trainer_band_lead = L``), ``on_w<N>``.
 
-    python -m benchmarks.follow_pool [--seeds 3] [--reference-share 0.5]
+    python -m benchmarks.follow_pool [--seeds 3] [--arms on,on_ref0.5]
 """
 
 from __future__ import annotations
@@ -95,6 +97,26 @@ def _r(x: float) -> float:
 
 
 STEP_WINDOWS = ((0, 29), (30, 59), (60, 99))  # the trainer's GRPO steps
+SERVED_WINDOWS = (*STEP_WINDOWS, (90, 99))
+
+
+def served(run: Run) -> dict[str, dict[str, float]]:
+    """What the trainer leased, per window of its steps: exact in-band and too-easy shares at its skill then."""
+    from testkit.follow_trainer import window
+
+    return {f"steps {lo}-{hi}": {k: _r(v) for k, v in window(run, lo, hi).items()
+                                 if k in ("in_band", "too_easy", "useful_share", "tasks")}
+            for lo, hi in SERVED_WINDOWS}
+
+
+def served_summary(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Per window: the seeds' mean, min and max of the served in-band share."""
+    out: dict[str, Any] = {}
+    for key in per_seed[0]:
+        vals = [s[key]["in_band"] for s in per_seed]
+        out[key] = {"mean": _r(statistics.mean(vals)), "min": _r(min(vals)), "max": _r(max(vals)),
+                    "too_easy": _r(statistics.mean(s[key]["too_easy"] for s in per_seed))}
+    return out
 
 
 def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
@@ -115,16 +137,15 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 
 @click.command()
 @click.option("--seeds", type=int, default=3, show_default=True, help="seeds per arm")
-@click.option("--reference-share", type=float, default=0.5, show_default=True,
-              help="the second arm's daemon.reference_share (0: the default arm only)")
+@click.option("--arms", default="on,on_ref0.5", show_default=True,
+              help="comma-separated: on (the defaults), on_ref<S>, on_lead<L>, on_w<N> (see the module doc)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached (follow_trainer's) and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
 @click.option("--name", default="follow_pool", show_default=True,
               help="result name: benchmarks/results/NAME.{json,png} (and the run directory)")
 @click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
-def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: int, name: str,
-         resummarize: bool) -> None:
+def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str, resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -140,20 +161,22 @@ def main(seeds: int, reference_share: float, data_dir: Path, generator_steps: in
 
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
-    arms = ["on"] + ([f"on_ref{reference_share:g}"] if reference_share else [])
     table: dict[str, Any] = {}
-    for arm in arms:
+    for arm in [a.strip() for a in arms.split(",") if a.strip()]:
         per_seed: list[list[dict[str, Any]]] = []
         clocks: list[list[list[float]]] = []
+        got: list[dict[str, dict[str, float]]] = []
         for seed in range(seeds):
             run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / name)
             rows = blocks(run, candidates(data_dir / "runs" / name / f"{arm}-s{seed}" / "propel.db"), seed)
             per_seed.append(rows)
             clocks.append([[round(r.at, 3), round(r.skill, 4)] for r in run.steps])
+            got.append(served(run))
             for row in rows:
                 click.echo(f"[{arm} seed {seed}] {row}", err=True)
-        table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks}
-        click.echo(f"{arm}: {table[arm]['by_steps']}")
+        table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks,
+                      "served_per_seed": got, "served": served_summary(got)}
+        click.echo(f"{arm}: {table[arm]['by_steps']}\n{arm} served: {table[arm]['served']}")
     write_result(name, {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
                                  "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")

@@ -30,14 +30,16 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 
 
 def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, window: int | None = None) -> Run:
-    """Arm ``on``, ``off``, ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``) or
-    ``on_ref<S>`` (follow on, ``daemon.reference_share = S``)."""
+    """Arm ``on``, ``off``, ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``),
+    ``on_ref<S>`` (follow on, ``daemon.reference_share = S``) or ``on_lead<L>`` (follow on,
+    ``frontier.trainer_band_lead = L``)."""
     follow = arm != "off"
     workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
     daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
+    frontier_keys = f"trainer_band_lead = {arm.removeprefix('on_lead')}" if arm.startswith("on_lead") else ""
     with default_daemon(workdir, generator, seed, follow, sc.min_probability,
-                        window if arm.startswith("on_w") else None, daemon_keys) as server:
+                        window if arm.startswith("on_w") else None, daemon_keys, frontier_keys) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 

@@ -101,6 +101,13 @@ class Band:
         return sum(math.comb(self.k, j) * p ** j * (1 - p) ** (self.k - j)
                    for j in range(self.k + 1) if self.in_band(j, self.k))
 
+    def lowered(self, lead: int) -> Band:
+        """The band ``lead`` solves lower (each end floored at 0): where a task must lie *now* for a solver that
+        gains about ``lead`` solves of ``k`` before it trains on the task. ``lead = 0`` is the band itself."""
+        if lead < 0:
+            raise ValueError(f"lead must be ≥ 0, got {lead}")
+        return Band(self.k, max(0, self.lo - lead), max(0, self.hi - lead), self.min_valid_trials)
+
     def label(self, solved: int, valid: int) -> int:
         """The probe-training label (1 in band, 0 otherwise); rows with too few valid attempts count as 0."""
         return int(self.side(solved, valid) is Side.IN_BAND)

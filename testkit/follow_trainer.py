@@ -88,15 +88,17 @@ def too_easy_probability(solver: SyntheticArithSolver, expr: str, band: Band = B
 @contextmanager
 def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool,
                    min_probability: float = 0.5, label_window: int | None = None,
-                   daemon_keys: str = "") -> Iterator[ArmServer]:
+                   daemon_keys: str = "", frontier_keys: str = "") -> Iterator[ArmServer]:
     """``propel run`` with the defaults (follow off: ``solver.follow = "config"``) at the product's emission
     threshold; ``label_window`` sets ``frontier.refresh_trainer_label_window`` (None: the default);
-    ``daemon_keys`` go into the ``[daemon]`` table."""
+    ``daemon_keys`` go into the ``[daemon]`` table, ``frontier_keys`` into ``[frontier]``."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), "follow" if follow else "config"
     solver = "" if follow else '[solver]\nfollow = "config"\n'
     if label_window is not None:
-        solver += f"[frontier]\nrefresh_trainer_label_window = {label_window}\n"
+        frontier_keys += f"\nrefresh_trainer_label_window = {label_window}"
+    if frontier_keys:
+        solver += f"[frontier]\n{frontier_keys.strip()}\n"
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, solver, port=port,
                        seed=seed, daemon_keys=daemon_keys, min_probability=min_probability)
     log = workdir / "propel.log"

@@ -121,19 +121,22 @@ class RefreshData:
 
 
 def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessPolicy, domain: Domain,
-                      recent: int = 0) -> RefreshData:
+                      recent: int = 0, band: Band | None = None) -> RefreshData:
     """Usable labels of ``solver`` (freshest per task, with a verdict), oldest label first; with ``recent``,
-    only the newest ``recent`` of them."""
+    only the newest ``recent`` of them. The verdict is the stored one, or with ``band`` that band's verdict on
+    the label's counts (a followed trainer's refresh aims at a lowered band: ``frontier.trainer_band_lead``)."""
     with store.session() as s:
         best = freshest_per_task(frontier_labels.usable_labels(s, solver, policy, run_id=run_id))
-        keep = {t: w for t, w in best.items() if w.label.in_band is not None}
+        verdict = {t: w.label.in_band if band is None else band.in_band(w.label.solved, w.label.valid_trials)
+                   for t, w in best.items()}
+        keep = {t: w for t, w in best.items() if verdict[t] is not None}
         rows = {r.id: r for r in s.execute(select(TaskRow.id, TaskRow.text, TaskRow.payload).where(
             TaskRow.id.in_(list(keep))))} if keep else {}
     order = sorted(keep, key=lambda t: (keep[t].label.at or datetime.min.replace(tzinfo=UTC), t))
     if recent > 0:
         order = order[-recent:]
     texts = [domain.reference_text(Task(domain.name, rows[t].text, dict(rows[t].payload or {}))) for t in order]
-    return RefreshData(order, texts, np.array([int(bool(keep[t].label.in_band)) for t in order], dtype=int))
+    return RefreshData(order, texts, np.array([int(bool(verdict[t])) for t in order], dtype=int))
 
 
 def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtractor,
@@ -150,7 +153,7 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     Raises :class:`InsufficientRefreshData` when the labels cannot train or judge a challenger.
     """
     policy = StalenessPolicy(**spec.staleness)
-    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain, spec.recent_labels)
+    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain, spec.recent_labels, spec.band)
     if len(data.task_ids) < spec.refresh_min_labels:
         raise InsufficientRefreshData(f"{len(data.task_ids)} usable labels < {spec.refresh_min_labels}")
     feature = FeatureSpec(layer=spec.layer, pooling=spec.pooling)
@@ -167,7 +170,7 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
         raise InsufficientRefreshData(f"the holdout ({len(hold)} most recent labels of tasks the champion did not "
                                       f"train on) is {what}: nothing to judge a challenger on")
     challengers = [fit_probe(x[train], data.labels[train], reference=extractor.reference, spec=feature,
-                             band=Band(spec.k, spec.band_lo, spec.band_hi, spec.min_valid_trials), arch=spec.arch,
+                             band=spec.band, arch=spec.arch,
                              config=TrainConfig(seed=spec.seed + m), name=member_name(spec.name, m),
                              training={"rows": len(train), "positives": int(data.labels[train].sum()),
                                        "solver": spec.solver, "staleness": spec.staleness,

@@ -93,11 +93,13 @@ def switch(now: Followed, state: DriverState) -> bool:
 
 def frontier_settings(settings: FrontierSettings, trainer: bool) -> FrontierSettings:
     """A trainer's solver refreshes the primary every ``refresh_every_trainer_labels`` of its labels, on its
-    newest ``refresh_trainer_label_window`` labels when that is set (0, the default: all usable ones)."""
+    newest ``refresh_trainer_label_window`` labels when that is set (0, the default: all usable ones), with the
+    band lowered by ``trainer_band_lead`` solves."""
     if not trainer:
         return settings
     return replace(settings, refresh_every_labels=settings.refresh_every_trainer_labels,
-                   refresh_recent_labels=settings.refresh_trainer_label_window)
+                   refresh_recent_labels=settings.refresh_trainer_label_window,
+                   band_lead=settings.trainer_band_lead)
 
 
 def trainer_round(driver: Driver, cycle: int, state: DriverState) -> dict[str, float]:

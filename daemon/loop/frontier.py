@@ -49,6 +49,8 @@ class FrontierSettings:
     refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
     refresh_trainer_label_window: int = 0  # following a trainer's solver: its newest labels a refresh uses (0: all)
     refresh_recent_labels: int = 0  # in effect: a refresh uses only the newest N usable labels (0: all)
+    trainer_band_lead: int = 0  # following a trainer's solver: its refreshes aim this many solves below the band
+    band_lead: int = 0  # in effect: a refresh's band, lowered by this many solves (Band.lowered)
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32
 
@@ -217,14 +219,18 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
     state.refresh_labels_at = written
     state.refresh_retry = None
     # the challenger is an ensemble of as many members as the champion's (probes.members), combined alike
-    spec = replace(driver._retrain_spec(cycle, False), name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
+    base = driver._retrain_spec(cycle, False)
+    band = base.band.lowered(driver.frontier.s.band_lead)  # a followed trainer's lead (0: the band itself)
+    spec = replace(base, name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
+                   band_lo=band.lo, band_hi=band.hi,
                    champion=champions[0].artifact_uri if champions else "",
                    champion_members=[p.artifact_uri for p in champions], members=max(1, len(champions)),
                    combine=combine,
                    holdout_share=driver.s.frontier.refresh_holdout_share,
                    refresh_min_labels=driver.s.frontier.refresh_min_labels,
                    recent_labels=driver.frontier.s.refresh_recent_labels)
-    log.info("primary-probe refresh %s: %s", spec.name, why)
+    lowered = f" (aimed {band.lo}-{band.hi} solves: frontier.trainer_band_lead)" if band != base.band else ""
+    log.info("primary-probe refresh %s: %s%s", spec.name, why, lowered)
     retrain.create_job(driver.store, spec)
     state.refresh_job = spec.name
     state.refresh_undispatched = True

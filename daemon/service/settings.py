@@ -252,7 +252,7 @@ def frontier_settings(cfg: PropelConfig) -> FrontierSettings:
         refresh_drift_threshold=f.refresh_drift_threshold, refresh_every_labels=f.refresh_every_labels,
         refresh_holdout_share=f.refresh_holdout_share, refresh_min_labels=f.refresh_min_labels,
         refresh_every_trainer_labels=f.refresh_every_trainer_labels,
-        refresh_trainer_label_window=f.refresh_trainer_label_window)
+        refresh_trainer_label_window=f.refresh_trainer_label_window, trainer_band_lead=f.trainer_band_lead)
 
 
 def build_store(cfg: PropelConfig, pool_size: int | None = None) -> Store:

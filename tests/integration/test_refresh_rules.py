@@ -176,3 +176,29 @@ def test_a_champion_at_chance_is_replaced_though_its_ece_is_better(store: Store,
     assert champ["balanced_accuracy"] == pytest.approx(0.5) and champ["ece"] == pytest.approx(0.0, abs=1e-6)
     assert chall["balanced_accuracy"] > 0.5 and chall["ece"] > champ["ece"], out.result  # the ECE rule would keep it
     assert out.result["promote"] is True and "ranks at chance" in out.result["reason"], out.result["reason"]
+
+
+def test_a_lowered_band_relabels_the_refresh_data_from_the_stored_counts(store: Store, tmp_path: Path) -> None:
+    """``frontier.trainer_band_lead``: a refresh reads each label's solve counts against the lowered band, not the
+    stored verdict of the band itself; the challenger records the band it was trained for."""
+    run_id, ids = arith_run(store, 160)
+    solver = SyntheticArithSolver(seed=1, offset=4.0)
+    spotcheck_version(store, solver, ids, "", run_id)
+    policy, lowered = StalenessPolicy(keep_versions=9), BAND.lowered(1)
+    stored = load_refresh_data(store, run_id, solver.solver_id, policy, ArithDomain())
+    aimed = load_refresh_data(store, run_id, solver.solver_id, policy, ArithDomain(), band=lowered)
+    with store.session() as s:
+        counts = dict(s.execute(select(Label.task_id, Label.solved).where(Label.run_id == run_id)).all())
+    assert aimed.task_ids == stored.task_ids
+    assert aimed.labels.tolist() == [int(lowered.lo <= counts[t] <= lowered.hi) for t in aimed.task_ids]
+    assert stored.labels.tolist() == [int(BAND.lo <= counts[t] <= BAND.hi) for t in stored.task_ids]
+    assert aimed.labels.tolist() != stored.labels.tolist()
+    ref, artifacts = tiny_reference(), artifacts_for(store, tmp_path)
+    out = run_retrain(store, spec_for(run_id, ref, name="rf-lead-0", solver=solver.solver_id, band_lo=lowered.lo,
+                                      band_hi=lowered.hi, staleness={"keep_versions": 9}, **COMMON),
+                      ArithDomain(), FeatureExtractor(ref), artifacts)
+    assert out.state == "done", out.reason
+    probe = load_probe(artifacts.local_path(out.result["artifact"]))
+    assert tuple(probe.band) == (0, 2)
+    trained = probe.training["task_ids"]
+    assert probe.training["positives"] == sum(aimed.labels[aimed.task_ids.index(t)] for t in trained)

@@ -71,6 +71,7 @@ def test_frozen() -> None:
      "generator.agent.base_url is required"),
     ('[generator.agent]\nper_cycle = 1\nbase_url = "http://x"\nmodel = "m"\n', "(top level)",
      "generator.agent (agent-written bugs) only works with domain.name = 'swe'"),
+    ('[frontier]\ntrainer_band_lead = 4\n', "(top level)", "must not exceed spotcheck.band_hi (3)"),
 ])
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -81,6 +81,7 @@ VALUES: dict[str, Any] = {
     "frontier.refresh_drift_threshold": 0.4, "frontier.refresh_every_labels": 50,
     "frontier.refresh_holdout_share": 0.3, "frontier.refresh_min_labels": 40,
     "frontier.refresh_every_trainer_labels": 64, "frontier.refresh_trainer_label_window": 96,
+    "frontier.trainer_band_lead": 2,
 }
 
 #: Fields that need another backend than VALUES' (checked with their own config by their own test).
@@ -220,7 +221,7 @@ def _consumers() -> dict[str, Callable[[PropelConfig], Any]]:
         **{f"frontier.{k}": _frontier(k) for k in (
             "drift_budget_share", "drift_per_stratum", "refresh_drift_threshold", "refresh_every_labels",
             "refresh_holdout_share", "refresh_min_labels", "refresh_every_trainer_labels",
-            "refresh_trainer_label_window")},
+            "refresh_trainer_label_window", "trainer_band_lead")},
         "frontier.staleness": lambda c: ds(c).frontier.staleness.mode,
         **{f"frontier.{k}": _staleness(k) for k in ("keep_versions", "half_life_versions", "min_weight")},
     }

@@ -45,3 +45,10 @@ def test_a_trainer_refreshes_on_its_newest_labels_only() -> None:
     assert frontier_settings(base, trainer=True).refresh_recent_labels == 256
     assert frontier_settings(base, trainer=False).refresh_recent_labels == 0  # a spot-checked solver: all usable
     assert frontier_settings(FrontierSettings(), trainer=True).refresh_recent_labels == 0  # the default: all
+
+
+def test_a_trainer_refresh_aims_below_the_band_by_its_lead() -> None:
+    base = FrontierSettings(trainer_band_lead=1)
+    assert frontier_settings(base, trainer=True).band_lead == 1
+    assert frontier_settings(base, trainer=False).band_lead == 0  # a spot-checked solver: the band itself
+    assert frontier_settings(FrontierSettings(), trainer=True).band_lead == 0  # the default: no lead

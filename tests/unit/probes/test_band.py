@@ -44,3 +44,15 @@ def test_bad_bands_are_refused(args: tuple[int, ...]) -> None:
 def test_impossible_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="solved=5"):
         Band().side(5, 4)
+
+
+@pytest.mark.parametrize(("lead", "lo", "hi"), [(0, 1, 3), (1, 0, 2), (2, 0, 1), (3, 0, 0), (9, 0, 0)])
+def test_a_lowered_band_moves_both_ends_down_and_stops_at_zero(lead: int, lo: int, hi: int) -> None:
+    band = Band(8, 1, 3, 6).lowered(lead)
+    assert (band.k, band.lo, band.hi, band.min_valid_trials) == (8, lo, hi, 6)
+    assert [s for s in range(9) if band.in_band(s, 8)] == list(range(lo, hi + 1))
+
+
+def test_a_negative_lead_is_refused() -> None:
+    with pytest.raises(ValueError, match="lead must be ≥ 0"):
+        Band().lowered(-1)
