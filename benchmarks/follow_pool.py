@@ -100,19 +100,22 @@ STEP_WINDOWS = ((0, 29), (30, 59), (60, 99))  # the trainer's GRPO steps
 SERVED_WINDOWS = (*STEP_WINDOWS, (90, 99))
 
 
-def served(run: Run) -> dict[str, dict[str, float]]:
-    """What the trainer leased, per window of its steps: exact in-band and too-easy shares at its skill then."""
+def served(run: Run) -> dict[str, Any]:
+    """What the trainer leased, per window of its steps (exact in-band and too-easy shares at its skill then),
+    and its in-band curve per 10 steps (``curve``)."""
     from testkit.follow_trainer import window
 
-    return {f"steps {lo}-{hi}": {k: _r(v) for k, v in window(run, lo, hi).items()
-                                 if k in ("in_band", "too_easy", "useful_share", "tasks")}
-            for lo, hi in SERVED_WINDOWS}
+    out: dict[str, Any] = {f"steps {lo}-{hi}": {k: _r(v) for k, v in window(run, lo, hi).items()
+                                                if k in ("in_band", "too_easy", "useful_share", "tasks")}
+                           for lo, hi in SERVED_WINDOWS}
+    out["curve"] = [_r(window(run, s, s + 9)["in_band"]) for s in range(0, len(run.steps), 10)]
+    return out
 
 
-def served_summary(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+def served_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """Per window: the seeds' mean, min and max of the served in-band share."""
     out: dict[str, Any] = {}
-    for key in per_seed[0]:
+    for key in (k for k in per_seed[0] if k.startswith("steps")):
         vals = [s[key]["in_band"] for s in per_seed]
         out[key] = {"mean": _r(statistics.mean(vals)), "min": _r(min(vals)), "max": _r(max(vals)),
                     "too_easy": _r(statistics.mean(s[key]["too_easy"] for s in per_seed))}
@@ -144,8 +147,11 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
 @click.option("--name", default="follow_pool", show_default=True,
               help="result name: benchmarks/results/NAME.{json,png} (and the run directory)")
+@click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
+              help="how fast the trainer learns (0: a trainer whose solver does not move)")
 @click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
-def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str, resummarize: bool) -> None:
+def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str, skill_per_useful_group: float,
+         resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -161,13 +167,14 @@ def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str,
 
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
+    scenario = Scenario(skill_per_useful_group=skill_per_useful_group)
     table: dict[str, Any] = {}
     for arm in [a.strip() for a in arms.split(",") if a.strip()]:
         per_seed: list[list[dict[str, Any]]] = []
         clocks: list[list[list[float]]] = []
-        got: list[dict[str, dict[str, float]]] = []
+        got: list[dict[str, Any]] = []
         for seed in range(seeds):
-            run = run_arm(arm, seed, Scenario(), generator, data_dir / "runs" / name)
+            run = run_arm(arm, seed, scenario, generator, data_dir / "runs" / name)
             rows = blocks(run, candidates(data_dir / "runs" / name / f"{arm}-s{seed}" / "propel.db"), seed)
             per_seed.append(rows)
             clocks.append([[round(r.at, 3), round(r.skill, 4)] for r in run.steps])
@@ -177,7 +184,7 @@ def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str,
         table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks,
                       "served_per_seed": got, "served": served_summary(got)}
         click.echo(f"{arm}: {table[arm]['by_steps']}\n{arm} served: {table[arm]['served']}")
-    write_result(name, {"scenario": Scenario().__dict__, "block_cycles": BLOCK, "arms": table,
+    write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table,
                                  "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
 
@@ -197,6 +204,11 @@ def plot(table: dict[str, Any], path: Path) -> None:
                 ax.plot([r["step"] for r in rows], [r.get(key, np.nan) if r.get(key) is not None else np.nan
                                                     for r in rows],
                         color=color, alpha=0.7, label=label if i == 0 else None)
+        for i, got in enumerate(data.get("served_per_seed", [])):
+            curve = got.get("curve", [])
+            ax.plot([s + 5 for s in range(0, 10 * len(curve), 10)], curve, color="black", ls="--", alpha=0.7,
+                    label="served (what the trainer leased, per 10 steps)" if i == 0 else None)
+        ax.axhline(0.25, color="tab:red", lw=0.8, ls=":", label="#36 goal at steps ≤ 100")
         ax.set(title=f"follow {arm}: in band at the trainer's skill", xlabel="trainer GRPO step (block of 4 cycles)",
                ylabel="exact in-band probability", ylim=(0, 0.8))
         ax.legend(fontsize=8)
