@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import sqlite3
 import statistics
 from datetime import UTC, datetime
@@ -140,6 +141,8 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 
 @click.command()
 @click.option("--seeds", type=int, default=3, show_default=True, help="seeds per arm")
+@click.option("--seed-start", type=click.IntRange(min=0), default=0, show_default=True,
+              help="first seed (seeds seed-start … seed-start + seeds − 1): new seeds, not a re-run of 0…")
 @click.option("--arms", default="on,on_ref0.5", show_default=True,
               help="comma-separated: on (the defaults), on_ref<S>, on_lead<L>, on_w<N> (see the module doc)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
@@ -150,8 +153,8 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
               help="how fast the trainer learns (0: a trainer whose solver does not move)")
 @click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
-def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str, skill_per_useful_group: float,
-         resummarize: bool) -> None:
+def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps: int, name: str,
+         skill_per_useful_group: float, resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -168,12 +171,16 @@ def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str,
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     scenario = Scenario(skill_per_useful_group=skill_per_useful_group)
+    chosen = [a.strip() for a in arms.split(",") if a.strip()]
+    bad = [a for a in chosen if not re.fullmatch(r"on|off|on_ref[0-9.]+|on_lead[0-9]+|on_w[0-9]+", a)]
+    if bad:
+        raise click.UsageError(f"unknown arm(s) {', '.join(bad)}: use on, off, on_ref<S>, on_lead<L> or on_w<N>")
     table: dict[str, Any] = {}
-    for arm in [a.strip() for a in arms.split(",") if a.strip()]:
+    for arm in chosen:
         per_seed: list[list[dict[str, Any]]] = []
         clocks: list[list[list[float]]] = []
         got: list[dict[str, Any]] = []
-        for seed in range(seeds):
+        for seed in range(seed_start, seed_start + seeds):
             run = run_arm(arm, seed, scenario, generator, data_dir / "runs" / name)
             rows = blocks(run, candidates(data_dir / "runs" / name / f"{arm}-s{seed}" / "propel.db"), seed)
             per_seed.append(rows)
@@ -185,7 +192,8 @@ def main(seeds: int, arms: str, data_dir: Path, generator_steps: int, name: str,
                       "served_per_seed": got, "served": served_summary(got)}
         click.echo(f"{arm}: {table[arm]['by_steps']}\n{arm} served: {table[arm]['served']}")
     write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table,
-                                 "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
+                        "seeds": list(range(seed_start, seed_start + seeds)),
+                        "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
 
 

@@ -34,6 +34,8 @@ def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, wind
     ``on_ref<S>`` (follow on, ``daemon.reference_share = S``) or ``on_lead<L>`` (follow on,
     ``frontier.trainer_band_lead = L``)."""
     follow = arm != "off"
+    if window is None and arm.startswith("on_w"):
+        window = int(arm.removeprefix("on_w"))
     workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
     daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
