@@ -679,6 +679,8 @@ DOMAIN_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "rl": {"steps_per_chunk": 4, "batch_size": 8, "num_generations": 4},
         "daemon": {"sample_size": 32},
         "alerts": {"sample_size": 24},
+        # one solve of k = 3 is a third of the rate range, and no lead was measured on SWE
+        "frontier": {"trainer_band_lead": 0},
     },
 }
 

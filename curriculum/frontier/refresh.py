@@ -32,13 +32,13 @@ from sqlalchemy import Table, bindparam, select, update
 
 from curriculum.domains.base import Domain, Task
 from curriculum.frontier import frontier_labels
-from curriculum.frontier.staleness import StalenessPolicy, freshest_per_task
+from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, freshest_per_task
 from curriculum.store import repo
 from curriculum.store.artifacts import ArtifactStore
 from curriculum.store.db import Store
 from curriculum.store.models import Label, QueueItem, RetrainJob, TaskRow
 from probes import FeatureExtractor, FeatureSpec, Probe, ProbeEnsemble, TrainConfig, evaluate, load_probe, save_probe
-from probes.band import Band
+from probes.band import Band, Side
 from probes.fit import fit_probe
 
 #: balanced accuracy of a probe that ranks no better than a coin (or predicts one class for every task)
@@ -127,8 +127,7 @@ def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessP
     the label's counts (a followed trainer's refresh aims at a lowered band: ``frontier.trainer_band_lead``)."""
     with store.session() as s:
         best = freshest_per_task(frontier_labels.usable_labels(s, solver, policy, run_id=run_id))
-        verdict = {t: w.label.in_band if band is None else band.in_band(w.label.solved, w.label.valid_trials)
-                   for t, w in best.items()}
+        verdict = {t: w.label.in_band if band is None else relabel(w.label, band) for t, w in best.items()}
         keep = {t: w for t, w in best.items() if verdict[t] is not None}
         rows = {r.id: r for r in s.execute(select(TaskRow.id, TaskRow.text, TaskRow.payload).where(
             TaskRow.id.in_(list(keep))))} if keep else {}
@@ -137,6 +136,17 @@ def load_refresh_data(store: Store, run_id: int, solver: str, policy: StalenessP
         order = order[-recent:]
     texts = [domain.reference_text(Task(domain.name, rows[t].text, dict(rows[t].payload or {}))) for t in order]
     return RefreshData(order, texts, np.array([int(bool(verdict[t])) for t in order], dtype=int))
+
+
+def relabel(label: LabelRecord, band: Band) -> bool | None:
+    """``label``'s verdict under another ``band``, from its counts. A spot-check label with fewer than k valid
+    attempts may have stopped early, settled for the band it was checked against: it keeps a verdict only if no
+    outcome of its remaining attempts could change it under ``band`` (:meth:`Band.settled`). A trainer's
+    outcome is complete (its group ran every attempt)."""
+    if label.source == "spotcheck" and label.valid_trials < band.k:
+        side = band.settled(label.solved, label.valid_trials, label.valid_trials)
+        return None if side in (None, Side.INSUFFICIENT) else side is Side.IN_BAND
+    return band.in_band(label.solved, label.valid_trials)
 
 
 def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtractor,
@@ -153,7 +163,8 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     Raises :class:`InsufficientRefreshData` when the labels cannot train or judge a challenger.
     """
     policy = StalenessPolicy(**spec.staleness)
-    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain, spec.recent_labels, spec.band)
+    data = load_refresh_data(store, spec.run_id, spec.solver, policy, domain, spec.recent_labels,
+                             spec.band if spec.band_lead else None)  # no lead: the stored verdicts
     if len(data.task_ids) < spec.refresh_min_labels:
         raise InsufficientRefreshData(f"{len(data.task_ids)} usable labels < {spec.refresh_min_labels}")
     feature = FeatureSpec(layer=spec.layer, pooling=spec.pooling)

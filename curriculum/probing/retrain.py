@@ -72,6 +72,7 @@ class RetrainSpec:
     holdout_share: float = 0.25  # primary refresh: newest labels held out to judge challenger vs champion
     refresh_min_labels: int = 32  # primary refresh: usable labels needed
     recent_labels: int = 0  # primary refresh: only the newest N usable labels train and judge (0: all)
+    band_lead: int = 0  # primary refresh: band_lo/band_hi were lowered by this many solves (labels relabelled)
 
     @property
     def band(self) -> Band:

@@ -222,7 +222,7 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
     base = driver._retrain_spec(cycle, False)
     band = base.band.lowered(driver.frontier.s.band_lead)  # a followed trainer's lead (0: the band itself)
     spec = replace(base, name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
-                   band_lo=band.lo, band_hi=band.hi,
+                   band_lo=band.lo, band_hi=band.hi, band_lead=driver.frontier.s.band_lead,
                    champion=champions[0].artifact_uri if champions else "",
                    champion_members=[p.artifact_uri for p in champions], members=max(1, len(champions)),
                    combine=combine,

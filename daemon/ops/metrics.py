@@ -67,9 +67,10 @@ GAUGES: dict[str, tuple[str, str]] = {
     "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
                                "health.max_paused_cycles and were ended this cycle"),
     "trainer_utility": ("propel_trainer_utility_ratio", "In-band share of the followed trainer's outcomes (acks) "
-                        "mined this cycle (absent: no new acks)"),
-    "trainer_too_easy": ("propel_trainer_too_easy_ratio", "Share of the followed trainer's outcomes mined this "
-                         "cycle above the band: the served mix is behind the trainer (absent: no new acks)"),
+                        "of the last cycle that mined new ones (NaN before the first)"),
+    "trainer_too_easy": ("propel_trainer_too_easy_ratio", "Share above the band of the followed trainer's outcomes "
+                         "of the last cycle that mined new ones: the served mix is behind the trainer (NaN before "
+                         "the first)"),
     "drift_score": ("propel_drift_score_ratio", "Share of formerly in-band tasks that left the band on the "
                     "solver's newest version (latest drift measurement)"),
 }
@@ -87,7 +88,7 @@ TOTALS: dict[str, tuple[str, str]] = {
                   "collapse or an escalated alert)"),
 }
 #: Gauges that read NaN until first measured: a 0 there would read as "measured, nothing found".
-UNMEASURED_NAN: tuple[str, ...] = ("drift_score",)
+UNMEASURED_NAN: tuple[str, ...] = ("drift_score", "trainer_utility", "trainer_too_easy")
 QUEUE_METRIC = "queue_ready"
 PER_PHASE_COUNTS: tuple[str, ...] = ("emitted", "solver_trials", "retrained", "spotchecks_abandoned",
                                      "primary_refreshed", "stale_retired", "drift_remeasured")

@@ -114,7 +114,8 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
     assert above and sum(share * n for share, n in too_easy) == pytest.approx(above)  # every ack above the band
     refreshes = [j for j in jobs if j.get("role") == "primary" and j.get("solver") == TRAINER]
     assert refreshes and {j["recent_labels"] for j in refreshes} == {60}  # on its newest labels
-    assert {(j["band_lo"], j["band_hi"]) for j in refreshes} == {(0, 2)}  # the default: a solve below the band 1-3
+    assert {(j["band_lo"], j["band_hi"], j["band_lead"]) for j in refreshes} == {(0, 2, 1)}  # the default: a solve
+    # below the band 1-3
     assert remeasured and {t.message.get("remeasure_version") for t in remeasured} == {"step-1"}
     assert [(m.new_version, m.measured > 0) for m in measured] == [("step-1", True)]  # from the trainer's acks
     assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]

@@ -195,7 +195,7 @@ def test_a_lowered_band_relabels_the_refresh_data_from_the_stored_counts(store: 
     assert aimed.labels.tolist() != stored.labels.tolist()
     ref, artifacts = tiny_reference(), artifacts_for(store, tmp_path)
     out = run_retrain(store, spec_for(run_id, ref, name="rf-lead-0", solver=solver.solver_id, band_lo=lowered.lo,
-                                      band_hi=lowered.hi, staleness={"keep_versions": 9}, **COMMON),
+                                      band_hi=lowered.hi, band_lead=1, staleness={"keep_versions": 9}, **COMMON),
                       ArithDomain(), FeatureExtractor(ref), artifacts)
     assert out.state == "done", out.reason
     probe = load_probe(artifacts.local_path(out.result["artifact"]))

@@ -160,7 +160,7 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
     AlertRule(name="frontier_behind_trainer", metric="trainer_too_easy", comparator=Comparator.GT, threshold=0.5,
               for_cycles=3, severity=Severity.WARNING,
               description="the followed trainer solves most served tasks above the band: its solver outran the "
-                          "generator's candidates (docs/FRONTIER.md, 'Where the frontier is lost')"),
+                          "generator's candidates (docs/FRONTIER.md, 'Alert frontier_behind_trainer')"),
 )
 
 

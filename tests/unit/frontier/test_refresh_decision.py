@@ -7,8 +7,10 @@ from typing import cast
 
 import pytest
 
-from curriculum.frontier.refresh import HoldoutScore, decide, foreign_champion, split_recent
+from curriculum.frontier.refresh import HoldoutScore, decide, foreign_champion, relabel, split_recent
+from curriculum.frontier.staleness import LabelRecord
 from probes import Probe
+from probes.band import Band
 
 
 def hs(bacc: float, ece: float, n: int = 40) -> HoldoutScore:
@@ -80,3 +82,17 @@ def trained_for(*solvers: str | None) -> list[Probe]:
 ])
 def test_foreign_champion(solvers: tuple[str | None, ...], followed: str, foreign: str | None) -> None:
     assert foreign_champion(trained_for(*solvers), followed) == foreign
+
+
+@pytest.mark.parametrize(("source", "solved", "valid", "verdict"), [
+    ("consumer", 0, 8, True), ("consumer", 2, 8, True), ("consumer", 3, 8, False),  # band 1-3 lowered to 0-2
+    ("consumer", 4, 16, True), ("consumer", 6, 16, False),  # a trainer's group of 16: the rate counts
+    ("spotcheck", 3, 8, False), ("spotcheck", 0, 8, True),
+    ("spotcheck", 4, 4, False),  # stopped early, too easy for 1-3: more than 2 of 8 whatever followed
+    ("spotcheck", 1, 6, None),   # stopped early, in band for 1-3: 1-3 of 8, and 3 is out of 0-2
+    ("spotcheck", 0, 7, True),   # 0 or 1 of 8: in 0-2 either way
+])
+def test_relabel_under_a_lowered_band_keeps_only_verdicts_no_remaining_attempt_changes(
+        source: str, solved: int, valid: int, verdict: bool | None) -> None:
+    label = LabelRecord(1, "policy", "step-1", source, solved, valid, None)
+    assert relabel(label, Band(8, 1, 3).lowered(1)) is verdict
