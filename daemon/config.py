@@ -311,12 +311,13 @@ class FrontierConfig(_Section):
                                               "(solver.follow): a primary refresh trains and judges on the most "
                                               "recent N of its labels only (0: every usable label; 256 measured no "
                                               "different from 0, benchmarks/results/follow_trainer_label_window)")
-    trainer_band_lead: int = Field(default=1, ge=0, description="following a trainer (solver.follow): a primary "
+    trainer_band_lead: int = Field(default=0, ge=0, description="following a trainer (solver.follow): a primary "
                                    "refresh counts its labels in band when the solve count lies this many solves "
                                    "below spotcheck.band_lo-band_hi (each end floored at 0): a solver that learns "
                                    "while tasks wait is aimed ahead of, not at (0: the band itself; at most "
-                                   "spotcheck.band_hi; 1 measured +0.16 in band for a fast learner over 8 seeds, "
-                                   "−0.03 for one that does not learn: docs/FRONTIER.md, 'Aiming ahead')")
+                                   "spotcheck.band_hi). Opt-in: 1 measured +0.16 in band for a fast synthetic "
+                                   "learner, but a weak LM trainer that solves most tasks 0 of 8 was starved "
+                                   "(docs/FRONTIER.md, 'Aiming ahead')")
 
 
 class RLConfig(_Section):
@@ -636,8 +637,8 @@ class PropelConfig(_Section):
             )
         if self.solver.backend in ("synthetic-swe", "swe-agent") and self.domain.name != "swe":
             raise ValueError(f"solver.backend = '{self.solver.backend}' only works with domain.name = 'swe'")
-        lead = self.frontier.trainer_band_lead  # a band 0-0 takes the default lead of 1 as it is (0-0)
-        if "trainer_band_lead" in self.frontier.model_fields_set and lead > self.spotcheck.band_hi:
+        lead = self.frontier.trainer_band_lead
+        if lead > self.spotcheck.band_hi:
             raise ValueError(f"frontier.trainer_band_lead ({self.frontier.trainer_band_lead}) must not exceed "
                              f"spotcheck.band_hi ({self.spotcheck.band_hi}): a lead of band_hi already lowers the "
                              "band to 0-0 solves")
@@ -679,8 +680,6 @@ DOMAIN_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "rl": {"steps_per_chunk": 4, "batch_size": 8, "num_generations": 4},
         "daemon": {"sample_size": 32},
         "alerts": {"sample_size": 24},
-        # one solve of k = 3 is a third of the rate range, and no lead was measured on SWE
-        "frontier": {"trainer_band_lead": 0},
     },
 }
 

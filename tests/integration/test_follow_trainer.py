@@ -71,7 +71,8 @@ def _train(client: PropelClient, driver: Driver, version: str, solver: str | Non
 
 
 def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_path: Path, serve: str) -> None:
-    frontier = FrontierSettings(refresh_every_trainer_labels=40, drift_per_stratum=4, refresh_trainer_label_window=60)
+    frontier = FrontierSettings(refresh_every_trainer_labels=40, drift_per_stratum=4, refresh_trainer_label_window=60,
+                                trainer_band_lead=1)
     driver, _ = make_driver(store, tmp_path, follow="first_trainer", explore_share=0.25, frontier=frontier)
     tick_to(driver, "rl", 1)  # a cycle before any trainer: the daemon's own solver, spot-checked
     with store.session() as s:
@@ -114,8 +115,7 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
     assert above and sum(share * n for share, n in too_easy) == pytest.approx(above)  # every ack above the band
     refreshes = [j for j in jobs if j.get("role") == "primary" and j.get("solver") == TRAINER]
     assert refreshes and {j["recent_labels"] for j in refreshes} == {60}  # on its newest labels
-    assert {(j["band_lo"], j["band_hi"], j["band_lead"]) for j in refreshes} == {(0, 2, 1)}  # the default: a solve
-    # below the band 1-3
+    assert {(j["band_lo"], j["band_hi"], j["band_lead"]) for j in refreshes} == {(0, 2, 1)}  # a solve below 1-3
     assert remeasured and {t.message.get("remeasure_version") for t in remeasured} == {"step-1"}
     assert [(m.new_version, m.measured > 0) for m in measured] == [("step-1", True)]  # from the trainer's acks
     assert status["followed"] == [TRAINER] and status["trainer"] is True and "first_trainer" in status["why"]
