@@ -209,8 +209,7 @@ def plot(table: dict[str, Any], path: Path) -> None:
     for ax, (arm, data) in zip(axes[0], table.items(), strict=True):
         for (key, label), color in zip(keys, ("tab:gray", "tab:green", "tab:orange", "tab:blue"), strict=True):
             for i, rows in enumerate(data["per_seed"]):
-                ax.plot([r["step"] for r in rows], [r.get(key, np.nan) if r.get(key) is not None else np.nan
-                                                    for r in rows],
+                ax.plot([r["step"] for r in rows], [np.nan if r.get(key) is None else r[key] for r in rows],
                         color=color, alpha=0.7, label=label if i == 0 else None)
         for i, got in enumerate(data.get("served_per_seed", [])):
             curve = got.get("curve", [])

@@ -34,14 +34,16 @@ def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, wind
     ``on_ref<S>`` (follow on, ``daemon.reference_share = S``) or ``on_lead<L>`` (follow on,
     ``frontier.trainer_band_lead = L``)."""
     follow = arm != "off"
-    if window is None and arm.startswith("on_w"):
+    if not arm.startswith("on_w"):
+        window = None
+    elif window is None:  # the arm name's window unless the caller gave one
         window = int(arm.removeprefix("on_w"))
     workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
     daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
     frontier_keys = f"trainer_band_lead = {arm.removeprefix('on_lead')}" if arm.startswith("on_lead") else ""
-    with default_daemon(workdir, generator, seed, follow, sc.min_probability,
-                        window if arm.startswith("on_w") else None, daemon_keys, frontier_keys) as server:
+    with default_daemon(workdir, generator, seed, follow, sc.min_probability, window, daemon_keys,
+                        frontier_keys) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 

@@ -637,8 +637,7 @@ class PropelConfig(_Section):
             )
         if self.solver.backend in ("synthetic-swe", "swe-agent") and self.domain.name != "swe":
             raise ValueError(f"solver.backend = '{self.solver.backend}' only works with domain.name = 'swe'")
-        lead = self.frontier.trainer_band_lead
-        if lead > self.spotcheck.band_hi:
+        if self.frontier.trainer_band_lead > self.spotcheck.band_hi:
             raise ValueError(f"frontier.trainer_band_lead ({self.frontier.trainer_band_lead}) must not exceed "
                              f"spotcheck.band_hi ({self.spotcheck.band_hi}): a lead of band_hi already lowers the "
                              "band to 0-0 solves")
