@@ -443,21 +443,27 @@ class Driver(HealthWatch, AuxRetrain):
                 high_water_mark=self.s.high_water_mark, ready_now=ready, paused_topics=frozenset(state.paused_topics),
                 verified_only=verified))
             followed, prov = self.followed, self.engine.provenance()
-            explore = set(follow.explore_picks(cands, sorted(plan), self.s.explore_share,
+            below = set(follow.below_bar_plan(
+                cands, stalled=health.EMISSION_STALLED in state.degraded, ready=ready,
+                paused=frozenset(state.paused_topics), max_topic_share=self.s.max_topic_share)
+                if followed.trainer and not plan and not state.emission_paused_by else [])
+            explore = set(follow.explore_picks(cands, sorted(plan | below), self.s.explore_share,
                                                frozenset(state.paused_topics), self.s.seed * 7_919 + cycle)
                           if followed.trainer else [])
-            picked = [r for r in rows if r.TaskRow.id in plan or r.TaskRow.id in explore]
+            picked = [r for r in rows if r.TaskRow.id in plan | below | explore]
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic,
                       follow.mark(frontier_message(r, prov, self.s, self.engine.domain, followed.name),
-                                  r.TaskRow.id in explore)) for r in picked]
+                                  r.TaskRow.id in explore, r.TaskRow.id in below)) for r in picked]
             emitted = queue.enqueue(s, items)
             state.totals.emitted += emitted
-            self._emission_health(state, cands, emitted, ready, verified, bar)
+            # served below the bar, the stall stands: only a task that passed the gate ends it
+            self._emission_health(state, cands, 0 if below else emitted, ready, verified, bar, followed.trainer)
             self._advance("emit", cycle, state, sess=s)  # outbox: queue rows, state and totals in one transaction
             texts, topics = [r.TaskRow.text for r in picked], [r.TaskRow.topic for r in picked]
         self.engine.observe_emitted(texts, topics)  # the reward's diversity archive (a re-run observes again: no-op)
         values = {"emitted": float(emitted), "queue_ready": float(ready + emitted),
                   "emit_idle_cycles": float(state.emit_idle_cycles), "emitted_explore": float(len(explore)),
+                  "emitted_below_bar": float(len(below)),
                   "backpressure": float(ready >= self.s.high_water_mark),
                   "emission_paused": float(bool(state.emission_paused_by))}
         self._record(cycle, values)

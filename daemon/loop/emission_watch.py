@@ -8,7 +8,9 @@ reason, records ``emission_stalled = 1`` (the default alert rule of the same nam
 message carrying the detail below) and acts: the next spot-check allowances go to the top-scored
 candidates still waiting to be emitted (the emit phase's look-back window), so verified in-band
 labels — which emission trusts whatever the probe says — can be emitted. The first emitted task ends
-the stall.
+the stall. A followed trainer has no spot-checks: its stall is answered by serving the top-scored
+candidates below the bar (:func:`daemon.loop.follow.below_bar_plan`), and only a task that passes the gate
+ends it.
 """
 
 from __future__ import annotations
@@ -58,8 +60,15 @@ def idle_cycles(before: int, emitted: int, queue_full: bool) -> int:
     return before + 1
 
 
-def emission_stalled(idle: int, limit: int, facts: StallFacts) -> Degradation | None:
-    """The degradation once ``idle`` reaches ``limit`` (0 disables the check), saying why and what is done."""
+#: What the daemon does about a stall, by the followed solver's kind (a trainer has no spot-check endpoint).
+ACTING = {False: "spot-checks go to the top-scored candidates so verified in-band tasks can be emitted",
+          True: "while the queue is empty, the top-scored quarter of the candidates is served below the bar "
+                "(message \"below_bar\": true) so the trainer's acks label them"}
+
+
+def emission_stalled(idle: int, limit: int, facts: StallFacts, trainer: bool = False) -> Degradation | None:
+    """The degradation once ``idle`` reaches ``limit`` (0 disables the check), saying why and what is done
+    (``trainer``: the followed solver is a trainer's, whose stall is answered below the bar)."""
     if limit <= 0 or idle < limit:
         return None
     if facts.candidates == 0:
@@ -68,8 +77,9 @@ def emission_stalled(idle: int, limit: int, facts: StallFacts) -> Degradation | 
         why = "no unverified candidate of an unpaused topic was left"
     else:
         why = f"the best unverified candidate scored {facts.best_unverified:.3f}"
+    head = "no task passed the gate" if trainer else "no task emitted"
     return Degradation(EMISSION_STALLED, (
-        f"no task emitted for {idle} cycles: {why} against the emission bar {facts.threshold:.3g} "
+        f"{head} for {idle} cycles: {why} against the emission bar {facts.threshold:.3g} "
         f"(gate: {facts.gate}); {facts.candidates:,} valid candidates: {facts.verified_in_band:,} verified in band, "
         f"{facts.verified_out_of_band:,} verified out of band, {facts.paused:,} in paused topics; acting: "
-        "spot-checks go to the top-scored candidates so verified in-band tasks can be emitted"))
+        f"{ACTING[trainer]}"))

@@ -16,6 +16,14 @@ Emission adds an **exploration share** (:func:`explore_picks`): ``emission.explo
 emitted is drawn unfiltered and marked ``"explore": true``, so the probes learn from labels that their
 own selection did not bias. It is a share of what the probes select, never a filler: when they select
 nothing, nothing is explored either.
+
+A **stalled emission** (``emission_stalled``: nothing passed the gate for ``emission.stall_cycles`` cycles)
+cannot be answered with spot-checks, as it is for the configured solver (:mod:`daemon.loop.emission_watch`):
+the trainer's acks are its only labels. So while the stall stands and the queue holds no ready task, the
+top :data:`BELOW_BAR_SHARE` of the emit window's candidates by score are served below the bar, marked
+``"below_bar": true`` (:func:`below_bar_plan`), with the exploration share beside them. Their acks refresh
+the probes; the stall ends when a task passes the gate again. Without it, a weak trainer whose probe scored
+no task above ``emission.min_probability`` waited for good (480 of 486 cycles emitted nothing).
 """
 
 from __future__ import annotations
@@ -36,14 +44,17 @@ from curriculum.store.db import Store
 from curriculum.store.models import Label, TaskRow
 from daemon.loop import health
 from daemon.loop.frontier import FrontierSettings, FrontierTracker
-from daemon.loop.phases import Candidate
+from daemon.loop.phases import Candidate, emission_plan
 from daemon.loop.state import DriverState
 from probes.band import Band, Side
 
 log = logging.getLogger("propel.driver")
 
-#: Message fields of a task served unfiltered, and of one served again to measure drift.
-EXPLORE, REMEASURE = "explore", "remeasure"
+#: Message fields of a task served unfiltered, of one served again to measure drift, and of one served below
+#: the emission bar while the emission is stalled.
+EXPLORE, REMEASURE, BELOW_BAR = "explore", "remeasure", "below_bar"
+#: A stalled emission to a trainer serves this top share of the emit window's candidates below the bar.
+BELOW_BAR_SHARE = 0.25
 
 
 class _Settings(Protocol):
@@ -175,6 +186,20 @@ def explore_picks(cands: Sequence[Candidate], plan: Sequence[int], share: float,
     return random.Random(seed).sample(rest, min(n, len(rest)))
 
 
-def mark(message: dict[str, Any], explore: bool) -> dict[str, Any]:
-    """A message marked as served unfiltered (``"explore": true``) when it is."""
-    return {**message, EXPLORE: True} if explore else message
+def below_bar_plan(cands: Sequence[Candidate], *, stalled: bool, ready: int, paused: frozenset[str],
+                   max_topic_share: float) -> list[int]:
+    """A followed trainer's stall response: while ``stalled`` and no task is ready in the queue, the top
+    :data:`BELOW_BAR_SHARE` of ``cands`` by score (at least one), whatever the bar; out-of-band verdicts,
+    paused topics and the topic cap still apply (:func:`daemon.loop.phases.emission_plan`)."""
+    if not stalled or ready > 0 or not cands:
+        return []
+    n = math.ceil(BELOW_BAR_SHARE * len(cands))
+    return emission_plan(cands, min_probability=0.0, max_topic_share=max_topic_share, high_water_mark=n,
+                         ready_now=0, paused_topics=paused)
+
+
+def mark(message: dict[str, Any], explore: bool, below_bar: bool = False) -> dict[str, Any]:
+    """A message marked as served unfiltered (``"explore": true``) or below the bar (``"below_bar": true``)."""
+    if explore:
+        return {**message, EXPLORE: True}
+    return {**message, BELOW_BAR: True} if below_bar else message

@@ -35,7 +35,10 @@ def fmt_value(value: float) -> str:
 
 
 def idle_reason(vals: dict[str, float]) -> str | None:
-    """Why a cycle emitted nothing, in a few words (None: it emitted, or no reason the emit phase knows)."""
+    """Why a cycle emitted nothing, in a few words (None: it emitted, or no reason the emit phase knows), or
+    how many of its tasks a stalled emission served below the bar (daemon.loop.follow)."""
+    if vals.get("emitted_below_bar"):
+        return f"{vals['emitted_below_bar']:,.0f} below the bar: emission stalled"
     if vals.get("emitted", 1) > 0:
         return None
     if vals.get("backpressure"):

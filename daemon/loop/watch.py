@@ -140,13 +140,14 @@ class HealthWatch:
         return out
 
     def _emission_health(self, state: DriverState, cands: list[Candidate], emitted: int, ready: int,
-                         verified: bool, bar: float) -> None:
+                         verified: bool, bar: float, trainer: bool = False) -> None:
         """Count the cycles without an emitted task; past the limit, degraded with why (emission_watch).
         ``bar``: the score an unverified task needed (emission.min_probability, raised while the probes are
-        suspect, or the cycle's emission.top_share bar)."""
+        suspect, or the cycle's emission.top_share bar); ``trainer``: the followed solver is a trainer's (the
+        stall's response is then to serve below the bar, daemon.loop.follow)."""
         held = ready >= self.s.high_water_mark or bool(state.emission_paused_by)  # paused on purpose: not a stall
         state.emit_idle_cycles = emission_watch.idle_cycles(state.emit_idle_cycles, emitted, held)
         facts = emission_watch.stall_facts(cands, min_probability=bar,
                                            paused_topics=frozenset(state.paused_topics), verified_only=verified)
         self._health(state, {health.EMISSION_STALLED: emission_watch.emission_stalled(
-            state.emit_idle_cycles, self.s.emission_stall_cycles, facts)})
+            state.emit_idle_cycles, self.s.emission_stall_cycles, facts, trainer=trainer)})

@@ -9,6 +9,7 @@ announce by serving labelled tasks again (``remeasure``) — all said by ``/v1/s
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -24,7 +25,8 @@ from curriculum.frontier import drift
 from curriculum.frontier.followed import resolve
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
-from curriculum.store.models import FalsePositive, Label, MetricPoint, RetrainJob, SolverTrial
+from curriculum.store.models import FalsePositive, Label, MetricPoint, RetrainJob, SolverTrial, TaskRow
+from daemon.loop import health
 from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
 from propel_sdk.client import Ack, LeasedTask, PropelClient
@@ -122,10 +124,49 @@ def test_a_daemon_follows_the_first_trainer_through_its_acks(store: Store, tmp_p
 
 
 def _per_cycle(s: Session, run_id: int, share: str, count: str) -> list[tuple[float, float]]:
-    """(share, count) of the run's cycles that recorded both metrics."""
+    """(share, count) of the run's cycles that recorded both metrics, in cycle order."""
     rows = s.execute(select(MetricPoint.cycle, MetricPoint.name, MetricPoint.value)
-                     .where(MetricPoint.run_id == run_id, MetricPoint.name.in_([share, count]))).all()
+                     .where(MetricPoint.run_id == run_id, MetricPoint.name.in_([share, count]))
+                     .order_by(MetricPoint.cycle)).all()
     by: dict[int, dict[str, float]] = {}
     for cycle, name, value in rows:
         by.setdefault(cycle, {})[name] = value
     return [(v[share], v[count]) for v in by.values() if share in v and count in v]
+
+
+def test_a_stalled_emission_serves_the_trainer_below_the_bar(store: Store, tmp_path: Path, serve: str) -> None:
+    """No task can pass the bar (1.0; the fake scores stop at 0.99). A spot-check daemon would verify the
+    top-scored; a trainer's acks are its only labels. So after ``emission.stall_cycles`` idle cycles the stall is
+    raised, and while the queue is empty the top quarter of the window is served marked ``below_bar`` (with the
+    exploration share beside it). The trainer's acks of them are stored labels; the stall stands meanwhile,
+    and nothing more is served below the bar while tasks are still ready."""
+    driver, _ = make_driver(store, tmp_path, follow="first_trainer", min_probability=1.0, emission_stall_cycles=2,
+                            explore_share=0.25)
+    with PropelClient(serve, token=None) as client:
+        client.announce(TRAINER, "step-0")
+        tick_to(driver, "rl", 4)  # idle at cycles 0 and 1: stalled; served at 2; still ready at 3
+        with store.session() as s:
+            below = _per_cycle(s, driver.run_id, "emitted_below_bar", "emitted")
+            candidates = s.scalar(select(func.count()).select_from(TaskRow).where(
+                TaskRow.run_id == driver.run_id, TaskRow.valid, TaskRow.cycle >= 0, TaskRow.cycle <= 2))
+        assert [n for n, _ in below] == [0, 0, math.ceil(candidates / 4), 0], below
+        detail = driver.state()[2].degraded[health.EMISSION_STALLED]["detail"]
+        assert "no task passed the gate" in detail and '"below_bar": true' in detail
+        leased = client.lease(n=500, lease_s=600, consumer="trainer", solver=TRAINER)
+        marked = [t for t in leased if t.message.get("below_bar")]
+        explored = [t for t in leased if t.message.get("explore")]
+        assert len(marked) == below[2][0] and len(marked) + len(explored) == len(leased)
+        assert 0 < len(explored) <= math.ceil(len(marked) / 3)  # the share beside them, not a filler
+        assert max(t.message["predicted_in_band"] for t in marked) < 1.0  # below the bar, the top of the window
+        assert min(t.message["predicted_in_band"] for t in marked) >= max(t.message["predicted_in_band"]
+                                                                          for t in explored)
+        policy = SyntheticArithSolver(offset=4.0, seed=3)
+        acks = [Ack(t, solved=round(8 * policy.success_probability(task_of(t.message["grading"]).text)), n=8,
+                    solver=TRAINER, version="step-0") for t in leased]
+        assert set(client.ack_many(acks).values()) == {"acked"}
+    tick_to(driver, "rl", 5)  # the acks are mined; the queue is empty again: served below the bar again
+    with store.session() as s:
+        labelled = set(s.scalars(select(Label.task_id).where(Label.solver_name == TRAINER)))
+        again = _per_cycle(s, driver.run_id, "emitted_below_bar", "emitted")[-1][0]
+    assert {t.id for t in leased} <= labelled and again > 0
+    assert health.EMISSION_STALLED in driver.state()[2].degraded  # only a task that passes the gate ends it

@@ -50,3 +50,12 @@ def test_emission_stalled_says_why(idle: int, limit: int, cands: list[Candidate]
         return
     assert d is not None and d.reason == EMISSION_STALLED
     assert says in d.detail and "spot-checks go to the top-scored candidates" in d.detail
+
+
+def test_a_trainers_stall_is_answered_below_the_bar() -> None:
+    """A followed trainer has no spot-checks: the detail says the top-scored are served below the bar, and
+    counts cycles in which no task passed the gate (below-bar tasks are emitted meanwhile)."""
+    facts = ew.stall_facts(CANDS, min_probability=0.5, paused_topics=frozenset(), verified_only=False)
+    d = ew.emission_stalled(11, 10, facts, trainer=True)
+    assert d is not None and d.detail.startswith("no task passed the gate for 11 cycles")
+    assert '"below_bar": true' in d.detail and "spot-checks" not in d.detail

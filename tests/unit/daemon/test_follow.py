@@ -3,7 +3,7 @@ trainer's solver refreshes its primary probe on its own label count."""
 
 from __future__ import annotations
 
-from daemon.loop.follow import explore_picks, frontier_settings, mark
+from daemon.loop.follow import below_bar_plan, explore_picks, frontier_settings, mark
 from daemon.loop.frontier import FrontierSettings
 from daemon.loop.phases import Candidate
 
@@ -32,6 +32,20 @@ def test_explore_skips_paused_topics() -> None:
 def test_mark_flags_explored_messages_only() -> None:
     assert mark({"id": 1}, True) == {"id": 1, "explore": True}
     assert mark({"id": 1}, False) == {"id": 1}
+    assert mark({"id": 1}, False, below_bar=True) == {"id": 1, "below_bar": True}
+
+
+def test_a_stall_serves_the_top_quarter_below_the_bar_only_into_an_empty_queue() -> None:
+    cands = [Candidate(i, i / 100, "add:1" if i % 2 else "mul:2") for i in range(40)]
+    top = below_bar_plan(cands, stalled=True, ready=0, paused=frozenset(), max_topic_share=1.0)
+    assert top == list(range(39, 29, -1))  # a quarter of 40, highest score first, whatever the bar
+    assert below_bar_plan(cands, stalled=False, ready=0, paused=frozenset(), max_topic_share=1.0) == []
+    assert below_bar_plan(cands, stalled=True, ready=1, paused=frozenset(), max_topic_share=1.0) == []
+    assert below_bar_plan([], stalled=True, ready=0, paused=frozenset(), max_topic_share=1.0) == []
+    paused = below_bar_plan(cands, stalled=True, ready=0, paused=frozenset({"add:1"}), max_topic_share=1.0)
+    assert paused == list(range(38, 18, -2))  # paused topics take none
+    rejected = [Candidate(99, 0.99, "add:1", in_band=False), *cands]
+    assert 99 not in below_bar_plan(rejected, stalled=True, ready=0, paused=frozenset(), max_topic_share=1.0)
 
 
 def test_a_trainer_refreshes_on_its_own_label_count() -> None:
