@@ -392,7 +392,9 @@ class EmissionConfig(_Section):
                                  "filler when they select nothing")
     stall_cycles: int = Field(default=10, ge=0, description="this many cycles in a row without an emitted task "
                               "(queue not full) raise the emission_stalled degraded reason and alert, and spend the "
-                              "spot-check allowance on the top-scored waiting candidates; 0 disables the check")
+                              "spot-check allowance on the top-scored waiting candidates (following a trainer: serve "
+                              "the top-scored quarter below the bar while its queue is empty, message \"below_bar\": "
+                              "true); 0 disables the check")
 
 
 class HealthConfig(_Section):

@@ -450,7 +450,8 @@ class Driver(HealthWatch, AuxRetrain):
             explore = set(follow.explore_picks(cands, sorted(plan | below), self.s.explore_share,
                                                frozenset(state.paused_topics), self.s.seed * 7_919 + cycle)
                           if followed.trainer else [])
-            picked = [r for r in rows if r.TaskRow.id in plan | below | explore]
+            served = plan | below | explore
+            picked = [r for r in rows if r.TaskRow.id in served]
             items = [(r.TaskRow.id, self.run_id, r.TaskRow.topic,
                       follow.mark(frontier_message(r, prov, self.s, self.engine.domain, followed.name),
                                   r.TaskRow.id in explore, r.TaskRow.id in below)) for r in picked]
