@@ -62,8 +62,10 @@ GAUGES: dict[str, tuple[str, str]] = {
                        "(degraded: probes_suspect; emission per health.suspect_response)"),
     "topic_js": ("propel_topic_js_divergence", "JS divergence (bits) of the cycle's valid-task topics from the "
                  "baseline of the first health.suspect_baseline_cycles cycles under the current probes"),
-    "emission_stalled": ("propel_emission_stalled", "1 while no task was emitted for emission.stall_cycles "
-                         "cycles (degraded: emission_stalled)"),
+    "emission_stalled": ("propel_emission_stalled", "1 while no task passed the emission gate for "
+                         "emission.stall_cycles cycles (degraded: emission_stalled)"),
+    "emitted_below_bar": ("propel_emitted_below_bar", "Tasks the last emit phase served below the bar: a followed "
+                          "trainer's stalled emission, message \"below_bar\": true (docs/OPERATIONS.md)"),
     "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
                                "health.max_paused_cycles and were ended this cycle"),
     "trainer_utility": ("propel_trainer_utility_ratio", "In-band share of the followed trainer's outcomes (acks) "

@@ -41,6 +41,16 @@ def test_summary_rows_have_separators_and_never_wrap() -> None:
     assert "emitted=1,280" in lines[3] and "queue_ready=1,234,567" in lines[3]
 
 
+def test_summary_says_how_many_were_served_below_the_bar() -> None:
+    console, buf = _file_console()
+    progress = Progress(console)
+    _cycle(progress, 7, emitted_below_bar=61.0)
+    _cycle(progress, 8, emitted_below_bar=0.0)
+    below, normal = [line for line in buf.getvalue().splitlines() if "│" in line]
+    assert "emitted 1,280 (61 below the bar: emission stalled)" in below
+    assert "emitted 1,280 │" in normal and "below the bar" not in normal
+
+
 @pytest.mark.parametrize(("value", "text"), [(1280.0, "1,280"), (0.25, "0.25"), (3.0, "3"), (1.5e-4, "0.00015")])
 def test_fmt_value(value: float, text: str) -> None:
     assert fmt_value(value) == text
