@@ -267,7 +267,8 @@ class Driver(HealthWatch, AuxRetrain):
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit
         metrics = self._cycle_metrics(cycle)
         self.hooks.alerts(cycle, metrics, state.dominant_topic, state)
-        escalated = self._escalate(cycle, state, metrics)  # alerts' mitigations: measured, escalated when they fail
+        # alerts' mitigations: measured, escalated when they fail
+        escalated = self._escalate(cycle, state, metrics, trainer=bool(state.mitigations) and self.followed.trainer)
         if escalated:
             self._record(cycle, escalated)  # an escalation's rollback: the same metrics as a collapse's
             values |= escalated

@@ -12,7 +12,10 @@ rule's condition:
   ``mitigation`` → ``rollback`` (the generator to its last healthy checkpoint,
   :mod:`daemon.loop.rollback`) → ``pause_emission`` (nothing is emitted until the metric is back).
 
-Every step is logged as one readable line (:func:`describe`). A pause lasts at most
+Every step is logged as one readable line (:func:`describe`). Following a trainer, the last level is not
+taken for a metric its acks measure (:data:`ACK_MEASURED`, :func:`blind_pause`): the pause would stop
+the acks, and with them the measurement (the LM trainer waited through five 30-cycle pauses, three of them
+on ``probe_precision_low``, each ended with the metric still unmeasured). A pause lasts at most
 ``health.max_paused_cycles`` (:func:`expired`); when the rule's alert resolves (or the rule leaves the
 config), its record is dropped by the alerts hook (:func:`drop_resolved`).
 """
@@ -28,6 +31,10 @@ from pydantic import BaseModel, ConfigDict
 from daemon.ops.alerts.evaluation import AlertEvent, mitigation_words
 
 LEVELS: tuple[str, ...] = ("mitigation", "rollback", "pause_emission")
+#: Metrics that a followed trainer's acks measure (daemon.loop.follow.mine_acks): pausing emission to the
+#: trainer stops its acks, so such a pause cannot bring its metric back and is not taken.
+ACK_MEASURED: frozenset[str] = frozenset({"probe_precision", "false_positive_rate", "trainer_utility",
+                                          "trainer_too_easy"})
 COMPARE: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                       "<=": operator.le}
 Decision = Literal["wait", "worked", "escalate"]
@@ -85,6 +92,18 @@ def escalated(a: Applied, cycle: int, value: float, skip_rollback: bool) -> Appl
     if LEVELS[level] == "rollback" and skip_rollback:
         level += 1
     return a.model_copy(update={"level": level, "cycle": cycle, "value": value})
+
+
+def blind_pause(nxt: Applied, trainer: bool) -> bool:
+    """``nxt`` would pause emission to a followed trainer on a metric only the trainer's acks measure."""
+    return trainer and LEVELS[nxt.level] == "pause_emission" and nxt.metric in ACK_MEASURED
+
+
+def describe_blind_pause(a: Applied, cycle: int, value: float) -> str:
+    """The log line of a pause not taken (:func:`blind_pause`)."""
+    return (f"alert {a.rule}: {a.action} (applied at cycle {a.cycle:,} with {a.metric} {a.value:.3g}) did not bring "
+            f"{a.metric} back ({a.comparator} {a.threshold:g}) within {cycle - a.cycle} cycles (now {value:.3g}); "
+            f"emission is not paused: the followed trainer's acks measure {a.metric}, and a pause would stop them")
 
 
 def describe(a: Applied, decision: Decision, cycle: int, value: float, nxt: Applied | None = None) -> str:

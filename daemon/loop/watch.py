@@ -111,8 +111,10 @@ class HealthWatch:
             log.warning("%s", escalation.describe_expired(a, cycle))
         return {"emission_pause_expired": float(len(ended))}
 
-    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float]) -> dict[str, float]:
-        """Measure each applied mitigation; drop it when its metric is back, escalate it when it is not."""
+    def _escalate(self, cycle: int, state: DriverState, metrics: dict[str, float],
+                  trainer: bool = False) -> dict[str, float]:
+        """Measure each applied mitigation; drop it when its metric is back, escalate it when it is not
+        (``trainer``: the followed solver is a trainer's, whose acks a pause would stop)."""
         kept: list[escalation.Applied] = []
         out: dict[str, float] = {}
         for a in state.mitigations:
@@ -128,6 +130,10 @@ class HealthWatch:
             target = rollback.target(1, replace(self.s.rollback, cycles=1), state.healthy_step, step)
             skip = target is None or rollback.repeated(target, state.rolled_back_to)  # not again: next level
             nxt = escalation.escalated(a, cycle, value, skip_rollback=skip)
+            if escalation.blind_pause(nxt, trainer):  # measured again after another escalate_after cycles
+                log.warning("%s", escalation.describe_blind_pause(a, cycle, value))
+                kept.append(a.model_copy(update={"cycle": cycle, "value": value}))
+                continue
             log.warning("%s", escalation.describe(a, decision, cycle, value, nxt))
             if escalation.LEVELS[nxt.level] == "rollback" and target is not None:
                 out |= self._roll_back(state, target, step, f"alert {a.rule} escalated")

@@ -26,7 +26,7 @@ from curriculum.frontier.followed import resolve
 from curriculum.solvers.synthetic import SyntheticArithSolver
 from curriculum.store.db import Store
 from curriculum.store.models import FalsePositive, Label, MetricPoint, RetrainJob, SolverTrial, TaskRow
-from daemon.loop import health
+from daemon.loop import escalation, health
 from daemon.loop.driver import Driver
 from daemon.loop.frontier import FrontierSettings
 from propel_sdk.client import Ack, LeasedTask, PropelClient
@@ -170,3 +170,23 @@ def test_a_stalled_emission_serves_the_trainer_below_the_bar(store: Store, tmp_p
         again = _per_cycle(s, driver.run_id, "emitted_below_bar", "emitted")[-1][0]
     assert {t.id for t in leased} <= labelled and again > 0
     assert health.EMISSION_STALLED in driver.state()[2].degraded  # only a task that passes the gate ends it
+
+
+def test_a_trainers_ack_measured_alert_does_not_pause_its_emission(store: Store, tmp_path: Path,
+                                                                    serve: str) -> None:
+    """An escalation whose next level pauses emission on a metric the trainer's acks measure
+    (``probe_precision``) is not taken while a trainer is followed: the pause would stop the acks that measure
+    it. The same record pauses emission while the configured solver is followed (spot-checks go on)."""
+    driver, _ = make_driver(store, tmp_path, follow="first_trainer", escalate_after_cycles=20)
+    record = escalation.Applied(rule="probe_precision_low", kind="retrain_aux_topic", topic="mul:1",
+                                metric="probe_precision", comparator="<", threshold=0.3, value=0.0, cycle=0, level=1)
+    state = driver.state()[2]
+    state.mitigations = [record]
+    driver._escalate(30, state, {"probe_precision": 0.1}, trainer=driver.followed.trainer)
+    assert state.emission_paused_by == ["probe_precision_low"]  # no trainer yet: the configured solver's pause
+    state.mitigations, state.emission_paused_by = [record], []
+    with PropelClient(serve, token=None) as client:
+        client.announce(TRAINER, "step-0")
+    driver._escalate(30, state, {"probe_precision": 0.1}, trainer=driver.followed.trainer)
+    assert state.emission_paused_by == [] and health.EMISSION_PAUSED not in state.degraded
+    assert [(a.level, a.cycle, a.value) for a in state.mitigations] == [(1, 30, 0.1)]  # measured again later

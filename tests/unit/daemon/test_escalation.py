@@ -94,3 +94,26 @@ def test_an_emission_pause_ends_after_max_paused_cycles(record: Applied, cycle: 
         assert escalation.describe_expired(record, cycle) == (
             "alert topic_collapse: emission paused since cycle 100 and top_topic_share still not back (> 0.5) at "
             "cycle 130: the pause ends (health.max_paused_cycles)")
+
+
+PRECISION = Applied(rule="probe_precision_low", kind="retrain_aux_topic", topic="mul:1", metric="probe_precision",
+                    comparator="<", threshold=0.3, value=0.0, cycle=22, level=1)
+
+
+@pytest.mark.parametrize(("record", "trainer", "blind"), [
+    (PRECISION, True, True),  # a trainer's acks measure it: a pause would stop them
+    (PRECISION, False, False),  # spot-checks go on while emission is paused
+    (COLLAPSE.model_copy(update={"level": 1}), True, False),  # the generator's sample measures it
+    (PRECISION.model_copy(update={"level": 0}), True, False),  # the next level is a rollback, not a pause
+])
+def test_a_pause_that_would_blind_a_trainers_metric_is_not_taken(record: Applied, trainer: bool,
+                                                                  blind: bool) -> None:
+    nxt = escalation.escalated(record, 52, 0.0, skip_rollback=False)
+    assert escalation.blind_pause(nxt, trainer) is blind
+
+
+def test_a_pause_not_taken_says_why() -> None:
+    assert escalation.describe_blind_pause(PRECISION, 52, 0.0) == (
+        "alert probe_precision_low: a generator rollback (applied at cycle 22 with probe_precision 0) did not bring "
+        "probe_precision back (< 0.3) within 30 cycles (now 0); emission is not paused: the followed trainer's acks "
+        "measure probe_precision, and a pause would stop them")
