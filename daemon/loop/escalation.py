@@ -101,18 +101,25 @@ def blind_pause(nxt: Applied, trainer: bool) -> bool:
 
 def describe_blind_pause(a: Applied, cycle: int, value: float) -> str:
     """The log line of a pause not taken (:func:`blind_pause`)."""
-    return (f"alert {a.rule}: {a.action} (applied at cycle {a.cycle:,} with {a.metric} {a.value:.3g}) did not bring "
-            f"{a.metric} back ({a.comparator} {a.threshold:g}) within {cycle - a.cycle} cycles (now {value:.3g}); "
-            f"emission is not paused: the followed trainer's acks measure {a.metric}, and a pause would stop them")
+    return (f"{_not_back(a, cycle, value)}; emission is not paused: the followed trainer's acks measure {a.metric}, "
+            "and a pause would stop them")
+
+
+def _head(a: Applied) -> str:
+    return f"alert {a.rule}: {a.action} (applied at cycle {a.cycle:,} with {a.metric} {a.value:.3g})"
+
+
+def _not_back(a: Applied, cycle: int, value: float) -> str:
+    return (f"{_head(a)} did not bring {a.metric} back ({a.comparator} {a.threshold:g}) within {cycle - a.cycle} "
+            f"cycles (now {value:.3g})")
 
 
 def describe(a: Applied, decision: Decision, cycle: int, value: float, nxt: Applied | None = None) -> str:
     """One readable line for a mitigation that worked or is escalated."""
-    head = (f"alert {a.rule}: {a.action} (applied at cycle {a.cycle:,} with {a.metric} {a.value:.3g})")
     if decision == "worked":
-        return f"{head} worked: {a.metric} is {value:.3g} at cycle {cycle:,}, no longer {a.comparator} {a.threshold:g}"
-    return (f"{head} did not bring {a.metric} back ({a.comparator} {a.threshold:g}) within {cycle - a.cycle} cycles "
-            f"(now {value:.3g}): escalating to {nxt.action if nxt else 'nothing'}")
+        return (f"{_head(a)} worked: {a.metric} is {value:.3g} at cycle {cycle:,}, no longer {a.comparator} "
+                f"{a.threshold:g}")
+    return f"{_not_back(a, cycle, value)}: escalating to {nxt.action if nxt else 'nothing'}"
 
 
 def drop_resolved(current: Sequence[Applied], resolved: Sequence[str]) -> list[Applied]:
