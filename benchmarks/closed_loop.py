@@ -377,6 +377,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
                    f"{EmissionConfig().min_probability}; the results before 2026-11-29 ran at 0.2)")
 @click.option("--follow-lead", type=click.IntRange(min=0), default=None,
               help="trainer_labels arm: frontier.trainer_band_lead (default: the product's)")
+@click.option("--follow-replay", type=click.IntRange(min=0), default=None,
+              help="trainer_labels arm: emission.replay_max, frontier replay (default: the product's; 0: off)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--daemon-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
@@ -409,7 +411,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
          sample_size_max: int | None, rollouts: bool, min_probability: float | None, follow_lead: int | None,
-         device: str,
+         follow_replay: int | None, device: str,
          daemon_device: str, generator_steps: int, data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
@@ -426,6 +428,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     settings = replace(settings, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
                        sample_size_max=sample_size_max, emit_rollouts=rollouts, follow_lead=follow_lead,
+                       follow_replay=follow_replay,
                        min_probability=EmissionConfig().min_probability if min_probability is None else min_probability,
                        daemon_device="cpu" if device == "cpu" else daemon_device,
                        cycles_per_round=settings.cycles_per_round if cycles_per_round is None else cycles_per_round)
@@ -447,7 +450,8 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
         lm_settings = replace(LM_FULL, steps_per_round=lm_steps_per_round, rounds=rounds or LM_FULL.rounds,
                               measure_tasks=lm_measure_tasks, daemon_device=settings.daemon_device,
                               heldout=lm_held_out, batch=lm_prompts_per_step,
-                              min_probability=settings.min_probability, follow_lead=follow_lead)
+                              min_probability=settings.min_probability, follow_lead=follow_lead,
+                              follow_replay=follow_replay)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     lm = LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,

@@ -93,6 +93,7 @@ class LoopSettings:
     max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
     daemon_extra: str = ""  # extra daemon config TOML (appended)
     follow_lead: int | None = None  # trainer_labels arm: frontier.trainer_band_lead (None: the product's default)
+    follow_replay: int | None = None  # trainer_labels arm: emission.replay_max (None: the product's default)
     filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
     sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
     emit_rollouts: bool = False  # daemon arms: daemon.emit_rollouts (the product's default: off)
@@ -339,7 +340,8 @@ def serve_arm(arm: str, workdir: Path, generator: Path, settings: LoopSettings, 
                       *(["emit_rollouts = true"] if settings.emit_rollouts else [])])
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, extra, port=port,
                        seed=seed, spot_budget=settings.spot_budget, daemon_keys=keys,
-                       min_probability=settings.min_probability)
+                       min_probability=settings.min_probability,
+                       emission_keys="" if settings.follow_replay is None else f"replay_max = {settings.follow_replay}")
     log = workdir / "propel.log"
     if arm in DAEMON_ARMS:
         proc = propel(cfg, "run", log=log, wait=False, cpu=settings.daemon_device == "cpu")

@@ -7,11 +7,12 @@ from pathlib import Path
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
                  port: int = 0, seed: int = 0, spot_budget: int = 12, rl_extra: str = "",
-                 spot_extra: str = "", daemon_keys: str = "", min_probability: float = 0.2) -> Path:
+                 spot_extra: str = "", daemon_keys: str = "", min_probability: float = 0.2,
+                 emission_keys: str = "") -> Path:
     """A small, fast daemon config (the embedded defaults shrunk for CPU tests); ``extra`` is appended
-    (new tables), ``rl_extra`` goes into the ``[rl]`` table, ``spot_extra`` into ``[spotcheck]`` and
-    ``daemon_keys`` into ``[daemon]``. ``min_probability``: the emission bar (0.2 here, so that a short
-    test run emits; the product's default is 0.5)."""
+    (new tables), ``rl_extra`` goes into the ``[rl]`` table, ``spot_extra`` into ``[spotcheck]``,
+    ``daemon_keys`` into ``[daemon]`` and ``emission_keys`` into ``[emission]``. ``min_probability``: the
+    emission bar (0.2 here, so that a short test run emits; the product's default is 0.5)."""
     path.write_text(f'''data_dir = "{data_dir}"
 run_name = "{run}"
 seed = {seed}
@@ -41,6 +42,7 @@ budget_per_cycle = {spot_budget}
 {spot_extra}
 [emission]
 min_probability = {min_probability}
+{emission_keys}
 [api]
 port = {port}
 {extra}

@@ -391,6 +391,7 @@ def serve_again(sess: Session, run_id: int, task_ids: Sequence[int], mark: dict[
                                                 QueueItem.state.in_(SETTLED))).all()
     for row in rows:
         row.message = {**dict(row.message), **mark}
+        row.explore = selectable(row.message)["explore"]  # a mark may end an unfiltered draw (a replay)
         row.state, row.attempts, row.lease_token, row.lease_until, row.consumer = "ready", 0, None, None, None
     sess.flush()
     return sorted(row.task_id for row in rows)

@@ -24,6 +24,12 @@ top :data:`BELOW_BAR_SHARE` of the emit window's candidates by score are served 
 ``"below_bar": true`` (:func:`below_bar_plan`), with the exploration share beside them. Their acks refresh
 the probes; the stall ends when a task passes the gate again. Without it, a weak trainer whose probe scored
 no task above ``emission.min_probability`` waited for good (480 of 486 cycles emitted nothing).
+
+**Frontier replay** (:func:`replay`): a task whose ack by the trainer's current version landed in band is the
+surest frontier task there is, measured on exactly the solver that matters. It is served again (message
+``"replay": true``, ``"replays": n``), at most ``emission.replay_max`` times and only while its newest ack stays
+in band, as prioritized level replay does for RL environments. A replay's ack of the same version overwrites
+that version's label of the task (one label per task and version): the newest outcome stands.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -41,7 +48,7 @@ from curriculum.frontier.followed import CONFIG_WHY, Followed, FollowMode, follo
 from curriculum.labelling.spotcheck import LabelValue, false_positives
 from curriculum.store import lineage, queue
 from curriculum.store.db import Store
-from curriculum.store.models import Label, TaskRow
+from curriculum.store.models import Label, QueueItem, TaskRow
 from daemon.loop import health
 from daemon.loop.frontier import FrontierSettings, FrontierTracker
 from daemon.loop.phases import Candidate, emission_plan
@@ -53,6 +60,10 @@ log = logging.getLogger("propel.driver")
 #: Message fields of a task served unfiltered, of one served again to measure drift, and of one served below
 #: the emission bar while the emission is stalled.
 EXPLORE, REMEASURE, BELOW_BAR = "explore", "remeasure", "below_bar"
+#: Message fields of a task served again because the trainer's newest ack of it landed in band, and how often.
+REPLAY, REPLAYS = "replay", "replays"
+#: An in-band ack older than this is not replayed: the verdict of a moving solver ages.
+REPLAY_WINDOW_S = 900.0
 #: A stalled emission to a trainer serves this top share of the emit window's candidates below the bar.
 BELOW_BAR_SHARE = 0.25
 
@@ -66,6 +77,8 @@ class _Settings(Protocol):
     def seed(self) -> int: ...
     @property
     def explore_share(self) -> float: ...
+    @property
+    def replay_max(self) -> int: ...
 
 
 class Driver(Protocol):
@@ -73,6 +86,7 @@ class Driver(Protocol):
 
     store: Store
     run_id: int
+    clock: Callable[[], datetime]
 
     @property
     def s(self) -> _Settings: ...
@@ -117,8 +131,9 @@ def trainer_round(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
     """The spot-check phase of a followed trainer: mine its new labels, serve drift re-measurements, observe drift."""
     values = mine_acks(driver, state)
     served = remeasure(driver, cycle, state)
+    replayed = replay(driver, state)
     values |= driver.frontier.observe_drift(cycle)
-    values |= {"spotcheck_dispatched": 0.0, "drift_remeasured": float(len(served))}
+    values |= {"spotcheck_dispatched": 0.0, "drift_remeasured": float(len(served)), "replayed": float(len(replayed))}
     state.totals.drift_remeasured += len(served)
     # no spot-check endpoint: the budget, worker and broker reasons are not this solver's to raise
     driver._health(state, {health.BUDGET: None, health.WORKERS: None, health.BROKER: None})
@@ -170,7 +185,35 @@ def remeasure(driver: Driver, cycle: int, state: DriverState) -> list[int]:
         done = set(s.scalars(select(Label.task_id).where(Label.run_id == driver.run_id, Label.solver_id == sid,
                                                           Label.task_id.in_(todo))))
         return queue.serve_again(s, driver.run_id, [t for t in todo if t not in done],
-                                 {REMEASURE: True, "remeasure_version": frontier.current_version()})
+                                 {REMEASURE: True, REPLAY: False, "remeasure_version": frontier.current_version()})
+
+
+def replay(driver: Driver, state: DriverState) -> list[int]:
+    """Frontier replay: serve again the settled tasks whose newest ack, by the followed trainer's current version
+    in the last :data:`REPLAY_WINDOW_S`, landed in band and that were replayed fewer than
+    ``emission.replay_max`` times (none while an escalation pauses emission, none of a paused topic)."""
+    limit = driver.s.replay_max
+    if limit <= 0 or state.emission_paused_by:
+        return []
+    sid, since = driver.frontier.serving_id(), driver.clock() - timedelta(seconds=REPLAY_WINDOW_S)
+    with driver.store.session() as s:
+        rows = s.execute(select(QueueItem.task_id, QueueItem.message, QueueItem.topic)
+                         .join(Label, (Label.task_id == QueueItem.task_id) & (Label.run_id == QueueItem.run_id)
+                               & (Label.solver_id == sid) & (Label.source == "consumer"))
+                         .join(TaskRow, TaskRow.id == QueueItem.task_id)
+                         .where(QueueItem.run_id == driver.run_id, QueueItem.state == "acked",
+                                QueueItem.outcome_solver == sid, QueueItem.acked_at >= since,
+                                Label.in_band.is_(True), TaskRow.valid)).all()
+        due: dict[int, list[int]] = {}  # replays after this one → task ids
+        for r in rows:
+            n = int(dict(r.message).get(REPLAYS, 0))
+            if n < limit and r.topic not in state.paused_topics:
+                due.setdefault(n + 1, []).append(int(r.task_id))
+        served: list[int] = []
+        for n, ids in sorted(due.items()):
+            served += queue.serve_again(s, driver.run_id, sorted(ids), {REPLAY: True, REPLAYS: n, REMEASURE: False,
+                                                                         EXPLORE: False, BELOW_BAR: False})
+    return sorted(served)
 
 
 def explore_picks(cands: Sequence[Candidate], plan: Sequence[int], share: float, paused: frozenset[str],

@@ -24,7 +24,7 @@ SUMMARY = (("rl_reward_mean", "RL reward", "{:+.2f}"), ("validity", "valid", "{:
            ("predicted_utility", "pred. util", "{:.0%}"), ("verified_utility", "verified util", "{:.0%}"),
            ("spotcheck_utility", "spot util", "{:.0%}"),
            ("false_positives", "FPs", "{:,.0f}"), ("retrained", "aux+", "{:,.0f}"), ("emitted", "emitted", "{:,.0f}"),
-           ("queue_ready", "queue", "{:,.0f}"))
+           ("replayed", "replayed", "{:,.0f}"), ("queue_ready", "queue", "{:,.0f}"))
 
 
 def fmt_value(value: float) -> str:

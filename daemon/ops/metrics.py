@@ -66,6 +66,8 @@ GAUGES: dict[str, tuple[str, str]] = {
                          "emission.stall_cycles cycles (degraded: emission_stalled)"),
     "emitted_below_bar": ("propel_emitted_below_bar", "Tasks the last emit phase served below the bar: a followed "
                           "trainer's stalled emission, message \"below_bar\": true (docs/OPERATIONS.md)"),
+    "replayed": ("propel_replayed", "Tasks the last spot-check phase served again because the followed "
+                 "trainer's newest ack put them in band: frontier replay, message \"replay\": true (docs/FRONTIER.md)"),
     "emission_pause_expired": ("propel_emission_pause_expired", "Emission pauses that ran past "
                                "health.max_paused_cycles and were ended this cycle"),
     "trainer_utility": ("propel_trainer_utility_ratio", "In-band share of the followed trainer's outcomes (acks) "

@@ -225,7 +225,8 @@ def driver_settings(cfg: PropelConfig) -> DriverSettings:
                               healthy_top_topic_share=cfg.health.healthy_top_topic_share),
         escalate_after_cycles=cfg.health.escalate_after_cycles, max_paused_cycles=cfg.health.max_paused_cycles,
         verified_window_cycles=cfg.emission.verified_window_cycles,
-        frontier=frontier_settings(cfg), follow=cfg.solver.follow_mode, explore_share=cfg.emission.explore_share)
+        frontier=frontier_settings(cfg), follow=cfg.solver.follow_mode, explore_share=cfg.emission.explore_share,
+        replay_max=cfg.emission.replay_max)
 
 
 def suspect_limits(cfg: PropelConfig) -> SuspectLimits:

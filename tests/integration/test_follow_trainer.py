@@ -141,7 +141,7 @@ def test_a_stalled_emission_serves_the_trainer_below_the_bar(store: Store, tmp_p
     exploration share beside it). The trainer's acks of them are stored labels; the stall stands meanwhile,
     and nothing more is served below the bar while tasks are still ready."""
     driver, _ = make_driver(store, tmp_path, follow="first_trainer", min_probability=1.0, emission_stall_cycles=2,
-                            explore_share=0.25)
+                            explore_share=0.25, replay_max=0)  # no replay: the queue is empty after the acks
     with PropelClient(serve, token=None) as client:
         client.announce(TRAINER, "step-0")
         tick_to(driver, "rl", 4)  # idle at cycles 0 and 1: stalled; served at 2; still ready at 3
@@ -190,3 +190,49 @@ def test_a_trainers_ack_measured_alert_does_not_pause_its_emission(store: Store,
     driver._escalate(30, state, {"probe_precision": 0.1}, trainer=driver.followed.trainer)
     assert state.emission_paused_by == [] and health.EMISSION_PAUSED not in state.degraded
     assert [(a.level, a.cycle, a.value) for a in state.mitigations] == [(1, 30, 0.1)]  # measured again later
+
+
+
+def _ack_as(client: PropelClient, leased: list[LeasedTask], version: str, in_band: set[int]) -> None:
+    """Ack each leased task once as ``version``: 2 of 8 (in band) for the ids in ``in_band``, else 0 of 8."""
+    acks = [Ack(t, solved=2 if t.id in in_band else 0, n=8, solver=TRAINER, version=version) for t in leased]
+    assert set(client.ack_many(acks).values()) == {"acked"}
+
+
+def _next_cycle(client: PropelClient, driver: Driver) -> list[LeasedTask]:
+    """One cycle of the driver, then everything served to the trainer's solver."""
+    tick_to(driver, "rl", driver.state()[1] + 1)
+    return client.lease(n=500, lease_s=600, consumer="trainer", solver=TRAINER)
+
+
+def test_a_trainers_in_band_task_is_replayed_while_it_stays_in_band(store: Store, tmp_path: Path,
+                                                                    serve: str) -> None:
+    """Frontier replay, two tasks followed through acks, a daemon restart and a new version: a task whose ack
+    by the current version lands in band is served again (``replay``, ``replays`` 1, 2), at most
+    ``emission.replay_max`` times and only while its newest ack stays in band; one label per task and version
+    holds the newest outcome; an in-band ack of the previous version is not replayed to the new one."""
+    kw = {"follow": "first_trainer", "replay_max": 2, "explore_share": 0.0}
+    driver, engine = make_driver(store, tmp_path, **kw)
+    with PropelClient(serve, token=None) as client:
+        client.announce(TRAINER, "step-0")
+        first = _next_cycle(client, driver)
+        keep, drop = first[0].id, first[1].id
+        _ack_as(client, first, "step-0", {keep, drop})  # the rest out of band: never replayed
+        seen: list[tuple[int, object]] = []
+        for restart in (False, True, False):  # the replay count lives in the queue: a restarted daemon goes on
+            if restart:
+                driver, _ = make_driver(store, tmp_path, engine=engine, **kw)
+            leased = _next_cycle(client, driver)
+            seen += [(t.id, t.message.get("replays")) for t in leased if t.message.get("replay")]
+            _ack_as(client, leased, "step-0", {keep})  # `drop` leaves the band on its first replay
+        fresh = [t for t in _next_cycle(client, driver) if not t.message.get("replay")]
+        _ack_as(client, fresh, "step-0", {fresh[0].id})  # in band for step-0, then step-1 is announced
+        client.announce(TRAINER, "step-1")
+        late = [t.id for t in _next_cycle(client, driver) if t.message.get("replay")]
+    with store.session() as s:
+        labels = s.execute(select(Label.solver_version, Label.solved, Label.in_band).where(
+            Label.task_id == drop, Label.solver_name == TRAINER, Label.source == "consumer")).all()
+        replayed = s.scalars(select(MetricPoint.value).where(MetricPoint.name == "replayed")).all()
+    assert seen == [(keep, 1), (drop, 1), (keep, 2)]  # the limit: no third replay of `keep`
+    assert [tuple(r) for r in labels] == [("step-0", 0, False)]  # one label of step-0: the newest outcome
+    assert late == [] and sum(replayed) == 3  # step-0's verdict is not replayed to step-1
