@@ -17,7 +17,8 @@ A gate far under the best quarter with a low rho is the gate's bound; a best qua
 is the pool's. Beside them, what the trainer was *served* (its own exact in-band share of the tasks it leased,
 at its skill then), per window of its steps and at steps 90-99 (#36's goal: ≥ 0.25). Arms (``--arms``): ``on``
 (the default), ``on_ref<S>`` (``daemon.reference_share = S``, the untrained generator's candidates beside the
-policy's; their pool is also reported apart), ``on_lead<L>`` (``frontier.trainer_band_lead = L``), ``on_w<N>``.
+policy's; their pool is also reported apart), ``on_lead<L>`` (``frontier.trainer_band_lead = L``), ``on_w<N>``,
+``on_replay<N>`` (``emission.replay_max = N``; 0: no frontier replay).
 
     python -m benchmarks.follow_pool [--seeds 3] [--arms on,on_ref0.5]
 """
@@ -144,7 +145,7 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--seed-start", type=click.IntRange(min=0), default=0, show_default=True,
               help="first seed (seeds seed-start … seed-start + seeds − 1): new seeds, not a re-run of 0…")
 @click.option("--arms", default="on,on_ref0.5", show_default=True,
-              help="comma-separated: on (the defaults), on_ref<S>, on_lead<L>, on_w<N> (see the module doc)")
+              help="comma-separated: on (the defaults), on_ref<S>, on_lead<L>, on_w<N>, on_replay<N> (module doc)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached (follow_trainer's) and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
@@ -172,9 +173,10 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     scenario = Scenario(skill_per_useful_group=skill_per_useful_group)
     chosen = [a.strip() for a in arms.split(",") if a.strip()]
-    bad = [a for a in chosen if not re.fullmatch(r"on|off|on_ref[0-9.]+|on_lead[0-9]+|on_w[0-9]+", a)]
+    bad = [a for a in chosen if not re.fullmatch(r"on|off|on_ref[0-9.]+|on_lead[0-9]+|on_w[0-9]+|on_replay[0-9]+", a)]
     if bad:
-        raise click.UsageError(f"unknown arm(s) {', '.join(bad)}: use on, off, on_ref<S>, on_lead<L> or on_w<N>")
+        raise click.UsageError(f"unknown arm(s) {', '.join(bad)}: "
+                               "use on, off, on_ref<S>, on_lead<L>, on_w<N> or on_replay<N>")
     table: dict[str, Any] = {}
     for arm in chosen:
         per_seed: list[list[dict[str, Any]]] = []

@@ -31,8 +31,8 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 
 def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, window: int | None = None) -> Run:
     """Arm ``on``, ``off``, ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``),
-    ``on_ref<S>`` (follow on, ``daemon.reference_share = S``) or ``on_lead<L>`` (follow on,
-    ``frontier.trainer_band_lead = L``)."""
+    ``on_ref<S>`` (follow on, ``daemon.reference_share = S``), ``on_lead<L>`` (follow on,
+    ``frontier.trainer_band_lead = L``) or ``on_replay<N>`` (follow on, ``emission.replay_max = N``)."""
     follow = arm != "off"
     if not arm.startswith("on_w"):
         window = None
@@ -42,8 +42,9 @@ def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, wind
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
     daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
     frontier_keys = f"trainer_band_lead = {arm.removeprefix('on_lead')}" if arm.startswith("on_lead") else ""
+    emission_keys = f"replay_max = {arm.removeprefix('on_replay')}" if arm.startswith("on_replay") else ""
     with default_daemon(workdir, generator, seed, follow, sc.min_probability, window, daemon_keys,
-                        frontier_keys) as server:
+                        frontier_keys, emission_keys) as server:
         return train(server, sc, seed, follow, log=lambda m: click.echo(m, err=True))
 
 

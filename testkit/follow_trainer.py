@@ -62,6 +62,7 @@ class StepRecord:
     skill: float
     too_easy_p: list[float] = field(default_factory=list)  # exact P(solves > band.hi) of each served task
     at: float = 0.0  # wall clock (time.time()) when the step leased its tasks: maps daemon cycles to skills
+    replay: int = 0  # tasks served again by frontier replay (message "replay": true)
 
 
 @dataclass
@@ -88,10 +89,11 @@ def too_easy_probability(solver: SyntheticArithSolver, expr: str, band: Band = B
 @contextmanager
 def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool,
                    min_probability: float = 0.5, label_window: int | None = None,
-                   daemon_keys: str = "", frontier_keys: str = "") -> Iterator[ArmServer]:
+                   daemon_keys: str = "", frontier_keys: str = "", emission_keys: str = "") -> Iterator[ArmServer]:
     """``propel run`` with the defaults (follow off: ``solver.follow = "config"``) at the product's emission
     threshold; ``label_window`` sets ``frontier.refresh_trainer_label_window`` (None: the default);
-    ``daemon_keys`` go into the ``[daemon]`` table, ``frontier_keys`` into ``[frontier]``."""
+    ``daemon_keys`` go into the ``[daemon]`` table, ``frontier_keys`` into ``[frontier]``, ``emission_keys``
+    into ``[emission]``."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url, port, run = f"sqlite:///{workdir / 'propel.db'}", free_port(), "follow" if follow else "config"
     solver = "" if follow else '[solver]\nfollow = "config"\n'
@@ -100,7 +102,8 @@ def default_daemon(workdir: Path, generator: Path, seed: int, follow: bool,
     if frontier_keys:
         solver += f"[frontier]\n{frontier_keys.strip()}\n"
     cfg = write_config(workdir / "propel.toml", generator, workdir / "data", db_url, run, solver, port=port,
-                       seed=seed, daemon_keys=daemon_keys, min_probability=min_probability)
+                       seed=seed, daemon_keys=daemon_keys, min_probability=min_probability,
+                       emission_keys=emission_keys)
     log = workdir / "propel.log"
     proc = propel(cfg, "run", log=log, wait=False)
     try:
@@ -148,7 +151,7 @@ def train(server: ArmServer, sc: Scenario, seed: int, follow: bool, log: Any = p
                                         sum(0 < n < sc.group for n in solved),
                                         sum(bool(t.message.get("explore")) for t in leased),
                                         sum(bool(t.message.get("remeasure")) for t in leased), skill, easy,
-                                        leased_at))
+                                        leased_at, sum(bool(t.message.get("replay")) for t in leased)))
             if (step + 1) % sc.announce_every == 0:
                 learner.checkpoint(f"step-{step + 1}")
                 client.announce(TRAINER, learner.version)
@@ -171,7 +174,8 @@ def window(run: Run, lo: int, hi: int) -> dict[str, float]:
     return {"in_band": _mean([p for r in rows for p in r.in_band_p]),
             "too_easy": _mean([p for r in rows for p in r.too_easy_p]), "useful_share": sum(r.useful for r in rows)
             / max(1, tasks), "tasks": float(tasks), "tasks_asked": float(len(rows) * 8),
-            "explore": float(sum(r.explore for r in rows)), "remeasure": float(sum(r.remeasure for r in rows))}
+            "explore": float(sum(r.explore for r in rows)), "remeasure": float(sum(r.remeasure for r in rows)),
+            "replay": float(sum(r.replay for r in rows))}
 
 
 def _mean(xs: list[float]) -> float:
