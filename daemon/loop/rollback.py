@@ -8,7 +8,11 @@ remembers the healthy cycle's generator step and keeps that checkpoint from bein
 (``pin_checkpoint``). When validity stays below ``validity`` for ``cycles`` cycles in a row, the
 generator is rolled back to the last healthy step — never twice to the same step without a healthy
 cycle in between (:func:`repeated`): then it is logged and counted instead, and an escalation goes on
-to its next level. ``validity = 0`` turns the validity rollback off.
+to its next level. One exception: a *validity* collapse after a cycle whose validity was back at
+``healthy_validity`` (its topic mix may still be collapsed) is a new collapse, not the rollback failing,
+and rolls back to the same step again. Without it the followed LM trainer's daemon, rolled back once for
+its topic mix, then sampled 0 % valid tasks for 70+ cycles and served nothing (closed_loop, replay-off
+seed 1, 926077f). ``validity = 0`` turns the validity rollback off.
 
 **Topic collapse.** Left alone, the generator put 0.96 of its valid tasks on one topic by cycle ~24,
 and the reward's topic-share term (:mod:`curriculum.reward.topic_share`) only delays that: GRPO's
@@ -42,9 +46,10 @@ def is_healthy(validity: float, rule: RollbackRule, top_topic_share: float | Non
     return validity >= rule.healthy_validity and mixed
 
 
-def repeated(wanted: int | None, rolled_back_to: int | None) -> bool:
-    """Rolling back to ``wanted`` again, with no healthy cycle since the last rollback to it."""
-    return wanted is not None and wanted == rolled_back_to
+def repeated(wanted: int | None, rolled_back_to: int | None, revalidated: bool = False) -> bool:
+    """Rolling back to ``wanted`` again, with no healthy cycle since the last rollback to it (``revalidated``: a
+    validity collapse after validity was back at the healthy level is a new collapse, not a repeat)."""
+    return wanted is not None and wanted == rolled_back_to and not revalidated
 
 
 def low_streak(before: int, validity: float, rule: RollbackRule) -> int:

@@ -111,6 +111,8 @@ class DriverState(BaseModel):
                                      "the rollback target, pinned (daemon.loop.rollback)")
     rolled_back_to: int | None = Field(None, description="the step of the last rollback: not rolled back to "
                                        "again until a healthy cycle gives a new target")
+    valid_since_rollback: bool = Field(False, description="a cycle since the last rollback had validity at the "
+                                       "healthy level: a validity collapse after it may roll back to the same step")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     high_topic_cycles: int = Field(0, ge=0, description="cycles in a row with the top-topic share above the "
                                    "rollback limit")

@@ -78,21 +78,27 @@ class HealthWatch:
         step = int(self.engine.provenance().get("generator_step") or 0)
         if rollback.is_healthy(validity, rule, top_share):  # the sample alone: suspect probes say nothing of it
             state.healthy_step = step
+        if validity >= rule.healthy_validity:
+            state.valid_since_rollback = True
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
-        state.high_topic_cycles = rollback.high_topic_streak(state.high_topic_cycles, top_share, rule)
+        # a topic share over the few valid tasks of a validity collapse says nothing: the streak holds
+        state.high_topic_cycles = rollback.high_topic_streak(
+            state.high_topic_cycles, top_share if validity >= rule.validity else None, rule)
         streak = max(state.low_validity_cycles, state.high_topic_cycles)
         wanted = rollback.target(streak, rule, state.healthy_step, step)
         if wanted is None:
             return {}
-        why = (rollback.collapse(rule, validity) if state.low_validity_cycles >= rule.cycles
-               else rollback.topic_collapse(rule, top_share or 0.0))
+        invalid = state.low_validity_cycles >= rule.cycles
+        why = rollback.collapse(rule, validity) if invalid else rollback.topic_collapse(rule, top_share or 0.0)
         state.low_validity_cycles = state.high_topic_cycles = 0
-        return self._roll_back(state, wanted, step, why)
+        return self._roll_back(state, wanted, step, why, revalidated=invalid and state.valid_since_rollback)
 
-    def _roll_back(self, state: DriverState, wanted: int, step: int, why: str) -> dict[str, float]:
+    def _roll_back(self, state: DriverState, wanted: int, step: int, why: str,
+                   revalidated: bool = False) -> dict[str, float]:
         """Roll the generator back to ``wanted`` (one log line and the same metrics for a collapse and an
-        escalation); never twice to the same step without a healthy cycle since."""
-        if rollback.repeated(wanted, state.rolled_back_to):
+        escalation); never twice to the same step without a healthy cycle since (``revalidated``: a validity
+        collapse after validity was back, see :func:`daemon.loop.rollback.repeated`)."""
+        if rollback.repeated(wanted, state.rolled_back_to, revalidated):
             log.warning("%s", rollback.describe_repeat(why, wanted))
             return {"rolled_back": 0.0, "rollback_repeated": 1.0}
         restored = self.engine.rollback(wanted)
@@ -102,6 +108,7 @@ class HealthWatch:
             return {"rolled_back": 0.0}
         state.totals.rollbacks += 1
         state.rolled_back_to = state.healthy_step = restored
+        state.valid_since_rollback = False
         return {"rolled_back": 1.0, "rollback_step": float(restored)}
 
     def _end_long_pauses(self, cycle: int, state: DriverState) -> dict[str, float]:

@@ -239,6 +239,31 @@ def test_a_topic_collapse_rolls_the_generator_back_to_the_last_mixed_step(
     assert driver.state()[2].healthy_step == 30
 
 
+def test_a_validity_collapse_after_a_topic_rollback_rolls_back_again(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Rolled back for its topic mix, the generator samples valid tasks again (still on one topic: no healthy
+    cycle, no new target), then collapses to ~0 % valid: a new collapse, rolled back to the same step; a second
+    collapse right after that rollback, with no valid cycle between, is refused (the rollback is not working)."""
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8, top_topic_share=0.45,
+                        healthy_top_topic_share=0.3)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):
+        _cycle_values(driver)
+    engine.topic_collapse = True
+    assert [_cycle_values(driver).get("rolled_back") for _ in range(2)] == [None, 1.0] and engine.rollbacks == [20]
+    engine.topic_collapse = True  # valid again, still one topic: validity is back, the mix is not
+    assert _cycle_values(driver)["validity"] > 0.8 and driver.state()[2].healthy_step == 20
+    engine.validity_override = 0.05
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(2)]
+    assert [v.get("rolled_back") for v in values] == [None, 1.0] and engine.rollbacks == [20, 20]
+    assert any("validity below 30% for 2 cycles in a row" in r.getMessage() and "rolled back from step" in
+               r.getMessage() for r in caplog.records)
+    engine.validity_override = 0.05  # collapses at once after that rollback: not again
+    again = [_cycle_values(driver) for _ in range(2)]
+    assert [v.get("rollback_repeated") for v in again] == [None, 1.0] and engine.rollbacks == [20, 20]
+
+
 def test_a_mitigation_that_does_not_work_escalates_to_rollback_then_to_pausing_emission(
         sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A rule the fake policy keeps breaking (validity < 0.95; it is ~0.9) with raise_kl: after 2 cycles the

@@ -23,6 +23,11 @@ def test_never_twice_to_the_same_step(wanted: int | None, rolled_back_to: int | 
     assert rollback.repeated(wanted, rolled_back_to) is repeated
 
 
+def test_a_validity_collapse_after_validity_came_back_is_not_a_repeat() -> None:
+    assert rollback.repeated(490, 490, revalidated=True) is False
+    assert rollback.repeated(490, 490, revalidated=False) is True
+
+
 @pytest.mark.parametrize(("before", "validity", "after"), [(0, 0.05, 1), (2, 0.29, 3), (2, 0.3, 0), (5, 0.9, 0)])
 def test_low_streak(before: int, validity: float, after: int) -> None:
     assert rollback.low_streak(before, validity, RULE) == after
