@@ -122,6 +122,7 @@ class RoundRecord:
     wait_s: float = 0.0  # of which the trainer waited on the server: an empty queue, the daemon's cycles
     queue_wait_s: float = 0.0  # of which on an empty queue (the rest: the daemon arms' cycles_per_round)
     server_cpu_s: float = 0.0  # CPU seconds of the arm's server process tree (the daemon for daemon arms)
+    replayed: int = 0  # tasks the daemon served again by frontier replay so far (cumulative; LM row)
 
 
 @dataclass

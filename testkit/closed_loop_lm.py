@@ -3,11 +3,13 @@ from the arm's API, acks, announces ``step-N`` every round and saves ``checkpoin
 
 The round records come from the trainer's metrics (held-out accuracy at each announce, the share of
 GRPO groups with non-zero reward variance per round) and from the arm's store, read after the run:
-the tasks a round served are those the trainer acked as the round's version, the daemon's spent
-trials are counted up to each announce. In-band is then measured like the synthetic row's: k attempts
-per sampled served task by the round's checkpoint (loaded with the ``hf`` backend, on the GPU with
-``--device cuda``), outside every budget. Trainer seconds run from announce to announce (held-out scoring
-included); the trainer's wait on the queue is not split out here (the TRL stream does not time it).
+the tasks a round served are those the trainer acked as the round's version (distinct tasks: a replay's ack
+of the same version overwrites its label, so a task served again counts once; the daemon's frontier
+replays are counted apart, ``replayed``), the daemon's spent trials are counted up to each announce.
+In-band is then measured like the synthetic row's: k attempts per sampled served task by the round's
+checkpoint (loaded with the ``hf`` backend, on the GPU with ``--device cuda``), outside every budget. Trainer
+seconds run from announce to announce (held-out scoring included); the trainer's wait on the queue is not
+split out here (the TRL stream does not time it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from sqlalchemy import func, select
 from curriculum.common.solver_api import SolverBackend
 from curriculum.solvers import build_solver
 from curriculum.store.db import Store
-from curriculum.store.models import Label, SolverTrial, TaskRow
+from curriculum.store.models import Label, MetricPoint, SolverTrial, TaskRow
 from testkit.closed_loop import DAEMON_ARMS, SOLVER_NAME, ArmResult, ArmServer, LoopSettings, RoundRecord, serve_arm
 
 
@@ -116,6 +118,8 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
                 trials = int(s.execute(select(func.count()).select_from(SolverTrial)
                                        .where(SolverTrial.created_at <= at)).scalar_one()) \
                     if arm in DAEMON_ARMS else 0
+                replayed = int(s.scalar(select(func.coalesce(func.sum(MetricPoint.value), 0.0))
+                                        .where(MetricPoint.name == "replayed", MetricPoint.at <= at)) or 0)
             groups = len(served)
             share = signal.get(end)
             useful = round(share * groups) if share is not None and math.isfinite(share) else 0
@@ -123,7 +127,7 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
             wall = float(announces[end]["time"]) - float(announces[0]["time"])  # held-out scoring included
             result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0, wall,
                                              announces[end]["held_out_accuracy"], rollouts=rollouts,
-                                             train_s=round(wall, 3)))
+                                             train_s=round(wall, 3), replayed=replayed))
     finally:
         store.dispose()
     return result
