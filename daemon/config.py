@@ -390,10 +390,11 @@ class EmissionConfig(_Section):
                                  "this share of the emitted tasks is drawn unfiltered (message \"explore\": true) so "
                                  "the probes learn from unbiased labels; a share of what the probes select, never a "
                                  "filler when they select nothing")
-    replay_max: int = Field(default=2, ge=0, description="following a trainer (solver.follow): a task whose ack by "
+    replay_max: int = Field(default=0, ge=0, description="following a trainer (solver.follow): a task whose ack by "
                             "the trainer's current version landed in band is served again (message \"replay\": "
                             "true, \"replays\": n), at most this many times, while its newest ack stays in band "
-                            "(frontier replay; 0: off)")
+                            "(frontier replay; 0, the default: off — measured, it did not raise the served in-band "
+                            "share, docs/FRONTIER.md)")
     stall_cycles: int = Field(default=10, ge=0, description="this many cycles in a row without an emitted task "
                               "(queue not full) raise the emission_stalled degraded reason and alert, and spend the "
                               "spot-check allowance on the top-scored waiting candidates (following a trainer: serve "

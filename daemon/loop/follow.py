@@ -25,7 +25,7 @@ top :data:`BELOW_BAR_SHARE` of the emit window's candidates by score are served 
 the probes; the stall ends when a task passes the gate again. Without it, a weak trainer whose probe scored
 no task above ``emission.min_probability`` waited for good (480 of 486 cycles emitted nothing).
 
-**Frontier replay** (:func:`replay`): a task whose ack by the trainer's current version landed in band is the
+**Frontier replay** (:func:`replay`, opt-in): a task whose ack by the trainer's current version landed in band is the
 surest frontier task there is, measured on exactly the solver that matters. It is served again (message
 ``"replay": true``, ``"replays": n``), at most ``emission.replay_max`` times and only while its newest ack stays
 in band, as prioritized level replay does for RL environments. A replay's ack of the same version overwrites

@@ -52,4 +52,4 @@ class DriverSettings:
     max_paused_cycles: int = 30  # an emission pause ends after this many cycles (0: never)
     follow: FollowMode = "config"  # solver.follow: the configured solver, or the first trainer's (daemon.loop.follow)
     explore_share: float = 0.15  # following a trainer: share of the emitted tasks drawn unfiltered
-    replay_max: int = 2  # following a trainer: times an in-band task is served again (daemon.loop.follow.replay)
+    replay_max: int = 0  # following a trainer: times an in-band task is served again (0: off; follow.replay)

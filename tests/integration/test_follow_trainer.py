@@ -141,7 +141,7 @@ def test_a_stalled_emission_serves_the_trainer_below_the_bar(store: Store, tmp_p
     exploration share beside it). The trainer's acks of them are stored labels; the stall stands meanwhile,
     and nothing more is served below the bar while tasks are still ready."""
     driver, _ = make_driver(store, tmp_path, follow="first_trainer", min_probability=1.0, emission_stall_cycles=2,
-                            explore_share=0.25, replay_max=0)  # no replay: the queue is empty after the acks
+                            explore_share=0.25)
     with PropelClient(serve, token=None) as client:
         client.announce(TRAINER, "step-0")
         tick_to(driver, "rl", 4)  # idle at cycles 0 and 1: stalled; served at 2; still ready at 3
