@@ -83,7 +83,7 @@ def plot(result: dict[str, Any], labels: tuple[str, str], path: Path) -> None:
 @click.command(help=__doc__)
 @click.option("--a", "a_names", multiple=True, required=True, help="result name(s) of side A (no .json)")
 @click.option("--b", "b_names", multiple=True, required=True, help="result name(s) of side B")
-@click.option("--a-label", default="replay on (default)", show_default=True)
+@click.option("--a-label", default="replay on", show_default=True)
 @click.option("--b-label", default="replay off (--follow-replay 0)", show_default=True)
 @click.option("--arm", default="trainer_labels", show_default=True)
 @click.option("--name", required=True, help="benchmarks/results/NAME.{json,png}")
