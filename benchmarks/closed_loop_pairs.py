@@ -6,8 +6,8 @@ mean and the paired difference A − B with its 95 % interval: served in band (m
 by the round's checkpoint), the useful-GRPO-group share and held-out accuracy. Writes NAME.json + NAME.png.
 
 \b
-Run:  .venv/bin/python -m benchmarks.closed_loop_pairs --a closed_loop_lm_replay_s0 --a closed_loop_lm_replay_s4 \\
-          --b closed_loop_lm_replay0_s0 --b closed_loop_lm_replay0_s4 --name closed_loop_lm_replay_pairs
+Run:  .venv/bin/python -m benchmarks.closed_loop_pairs --a closed_loop_lm_replay_s0 --b closed_loop_lm_rbfix_seed0 \\
+          --b closed_loop_lm_replay0_seed2 --b closed_loop_lm_replay0_seed3 --name closed_loop_lm_replay_pairs
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from typing import Any
 import click
 
 from benchmarks._common import RESULTS, write_result
-from testkit.closed_loop_stats import mean_ci
-
-METRICS = ("in_band", "useful_share", "heldout_accuracy")
+from testkit.closed_loop_stats import PAIRED_METRICS as METRICS
+from testkit.closed_loop_stats import pair_rounds as pair
 
 
 def seeds_of(names: tuple[str, ...], arm: str) -> tuple[dict[int, list[dict[str, Any]]], list[str]]:
@@ -37,22 +36,6 @@ def seeds_of(names: tuple[str, ...], arm: str) -> tuple[dict[int, list[dict[str,
                     out[int(res["seed"])] = [{**r, "useful_share": r["useful_groups"] / max(1, r["groups"])}
                                              for r in res["rounds"]]
     return out, commits
-
-
-def pair(a: dict[int, list[dict[str, Any]]], b: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per round and metric: A's and B's mean over the common seeds, and the paired A − B (95 % interval)."""
-    seeds = sorted(set(a) & set(b))
-    rounds = min(min(len(a[s]) for s in seeds), min(len(b[s]) for s in seeds)) if seeds else 0
-    table: list[dict[str, Any]] = []
-    for r in range(rounds):
-        row: dict[str, Any] = {"round": r, "steps": a[seeds[0]][r]["steps"]}
-        for m in METRICS:
-            va, vb = [float(a[s][r][m] or 0.0) for s in seeds], [float(b[s][r][m] or 0.0) for s in seeds]
-            diffs = [x - y for x, y in zip(va, vb, strict=True)]
-            row[m] = {"a": mean_ci(va), "b": mean_ci(vb), "a_minus_b": mean_ci(diffs), "a_per_seed": va,
-                      "b_per_seed": vb}
-        table.append(row)
-    return {"seeds": seeds, "rounds": table}
 
 
 def plot(result: dict[str, Any], labels: tuple[str, str], path: Path) -> None:

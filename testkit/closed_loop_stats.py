@@ -127,3 +127,23 @@ def comparisons(per_seed: Sequence[dict[str, Any]], focus: str = "continuous") -
     out["wait_share"] = {arm: wait_share(runs) for arm, runs in arms.items()}
     out["queue_wait_share"] = {arm: wait_share(runs, "queue_wait_s") for arm, runs in arms.items()}
     return out
+
+
+#: Per-round metrics :func:`pair_rounds` pairs (``useful_share``: useful groups over groups).
+PAIRED_METRICS = ("in_band", "useful_share", "heldout_accuracy")
+
+
+def pair_rounds(a: dict[int, list[dict[str, Any]]], b: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per round and metric: A's and B's mean over the common seeds, and the paired A − B (95 % interval)."""
+    seeds = sorted(set(a) & set(b))
+    rounds = min(min(len(a[s]) for s in seeds), min(len(b[s]) for s in seeds)) if seeds else 0
+    table: list[dict[str, Any]] = []
+    for r in range(rounds):
+        row: dict[str, Any] = {"round": r, "steps": a[seeds[0]][r]["steps"]}
+        for m in PAIRED_METRICS:
+            va, vb = [float(a[s][r][m] or 0.0) for s in seeds], [float(b[s][r][m] or 0.0) for s in seeds]
+            diffs = [x - y for x, y in zip(va, vb, strict=True)]
+            row[m] = {"a": mean_ci(va), "b": mean_ci(vb), "a_minus_b": mean_ci(diffs), "a_per_seed": va,
+                      "b_per_seed": vb}
+        table.append(row)
+    return {"seeds": seeds, "rounds": table}

@@ -1,4 +1,4 @@
-"""benchmarks/closed_loop_pairs.py: two closed-loop results paired by seed."""
+"""testkit.closed_loop_stats.pair_rounds (benchmarks/closed_loop_pairs.py): two closed-loop results paired by seed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.closed_loop_pairs import pair
+from testkit.closed_loop_stats import pair_rounds as pair
 
 
 def _rounds(*in_band: float) -> list[dict[str, Any]]:
