@@ -433,6 +433,9 @@ class HealthConfig(_Section):
     rollback_top_topic_share: float = Field(default=0.45, gt=0, le=1, description="… or when the top-topic share "
                                             "of the sample stays above this (1: never; the reward's topic-share "
                                             "term cannot pull a collapsed policy back, a rollback can)")
+    rollback_novelty: float = Field(default=0.1, ge=0, le=1, description="… or when the share of the sample's "
+                                    "valid tasks that are new to the store stays below this (0: never; a generator "
+                                    "that repeats stored tasks supplies nothing, however valid)")
     rollback_cycles: int = Field(default=3, ge=1, description="… for this many cycles in a row")
     escalate_after_cycles: int = Field(default=20, ge=0, description="a mitigation an alert applied whose metric "
                                        "is not back past the rule's threshold after this many cycles escalates: to a "
@@ -441,6 +444,8 @@ class HealthConfig(_Section):
                                     "marks its generator checkpoint healthy (kept from pruning: the rollback target)")
     healthy_top_topic_share: float = Field(default=0.3, gt=0, le=1, description="… when its top-topic share is "
                                            "also at most this (1: validity alone)")
+    healthy_novelty: float = Field(default=0.3, ge=0, le=1, description="… and its share of new valid tasks at "
+                                   "least this (0: not judged)")
     max_paused_cycles: int = Field(default=30, ge=0, description="an emission pause an escalation set ends after "
                                    "this many cycles, with a warning and an alert (0: never)")
 

@@ -123,6 +123,8 @@ class RoundRecord:
     queue_wait_s: float = 0.0  # of which on an empty queue (the rest: the daemon arms' cycles_per_round)
     server_cpu_s: float = 0.0  # CPU seconds of the arm's server process tree (the daemon for daemon arms)
     replayed: int = 0  # tasks the daemon served again by frontier replay so far (cumulative; LM row)
+    rollbacks: int = 0  # generator rollbacks so far (cumulative; LM row)
+    novel_share: float | None = None  # mean share of new tasks in the daemon's valid samples this round (LM row)
 
 
 @dataclass

@@ -99,6 +99,12 @@ def run_lm_arm(arm: str, seed: int, settings: LoopSettings, lm: LMSettings, gene
     return result, learner
 
 
+def _metric_sum(s: Any, name: str, at: datetime) -> float:
+    """The daemon's metric ``name`` summed over its cycles up to ``at``."""
+    return float(s.scalar(select(func.coalesce(func.sum(MetricPoint.value), 0.0))
+                          .where(MetricPoint.name == name, MetricPoint.at <= at)) or 0.0)
+
+
 def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str, Any]],
              server: ArmServer) -> ArmResult:
     announces = {int(r["step"]): r for r in records if r["event"] == "announce"}
@@ -118,8 +124,10 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
                 trials = int(s.execute(select(func.count()).select_from(SolverTrial)
                                        .where(SolverTrial.created_at <= at)).scalar_one()) \
                     if arm in DAEMON_ARMS else 0
-                replayed = int(s.scalar(select(func.coalesce(func.sum(MetricPoint.value), 0.0))
-                                        .where(MetricPoint.name == "replayed", MetricPoint.at <= at)) or 0)
+                replayed, rollbacks = (int(_metric_sum(s, name, at)) for name in ("replayed", "rolled_back"))
+                began = datetime.fromtimestamp(float(announces[start]["time"]), UTC)
+                novel = s.scalar(select(func.avg(MetricPoint.value)).where(
+                    MetricPoint.name == "novel_share", MetricPoint.at > began, MetricPoint.at <= at))
             groups = len(served)
             share = signal.get(end)
             useful = round(share * groups) if share is not None and math.isfinite(share) else 0
@@ -127,7 +135,8 @@ def _records(arm: str, seed: int, settings: LoopSettings, records: list[dict[str
             wall = float(announces[end]["time"]) - float(announces[0]["time"])  # held-out scoring included
             result.rounds.append(RoundRecord(r, version, end, served, groups, useful, trials, 0, wall,
                                              announces[end]["held_out_accuracy"], rollouts=rollouts,
-                                             train_s=round(wall, 3), replayed=replayed))
+                                             train_s=round(wall, 3), replayed=replayed, rollbacks=rollbacks,
+                                             novel_share=None if novel is None else round(float(novel), 4)))
     finally:
         store.dispose()
     return result

@@ -74,6 +74,7 @@ class FakeEngine:
         self.rollbacks: list[int] = []
         self.validity_override: float | None = None  # share of valid samples a test forces (None: ~90 %)
         self.topic_collapse = False  # a test forces every valid sample onto one topic (mul:3)
+        self.repeat_collapse = False  # a test forces the same valid, mixed sample every cycle (nothing new)
         self.reference_calls: list[int] = []  # sizes of the sample_reference calls
         self.rollout_batch = 0  # rollouts each RL chunk scores with the real reward (0: none)
         self.chunk_steps = (0, 0)
@@ -100,7 +101,7 @@ class FakeEngine:
         return Rollouts(self.reward.take_rollouts(), *self.chunk_steps)
 
     def sample(self, n: int, seed: int) -> list[str]:
-        rng = random.Random(seed)
+        rng = random.Random(7 if self.repeat_collapse else seed)
         if self.validity_override is not None:  # a collapsing policy: the rest are invalid
             valid = round(n * self.validity_override)
             return [random_expression(rng, rng.randint(1, 6)) if i < valid else "12+" for i in range(n)]
@@ -120,7 +121,7 @@ class FakeEngine:
     def rollback(self, step: int) -> int | None:
         """Every chunk's checkpoint is 'kept': back to ``step``, and the policy is valid and mixed again."""
         self.rollbacks.append(step)
-        self.step, self.validity_override, self.topic_collapse = step, None, False
+        self.step, self.validity_override, self.topic_collapse, self.repeat_collapse = step, None, False, False
         return step
 
     def score(self, texts: Sequence[str]) -> Scored:

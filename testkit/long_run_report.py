@@ -85,6 +85,7 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
     valid = [p for r in records for p in r.valid_in_band]
     validity = [r.metrics["validity"] for r in records if "validity" in r.metrics]
     top = [r.metrics["top_topic_share"] for r in records if "top_topic_share" in r.metrics]
+    novel = [r.metrics["novel_share"] for r in records if "novel_share" in r.metrics]
     div = diversity([t for r in records for t in r.valid_texts], [t for r in records for t in r.valid_topics])
     em, va = _mean(emitted), _mean(valid)
     phases = ("rl", "sample", "spotcheck", "retrain", "emit")
@@ -98,6 +99,7 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "top_quarter_margin": _mean([m for _, m in ranked if m is not None]),
         "validity_mean": _mean(validity), "validity_min": min(validity, default=None),
         "top_topic_share_max": max(top, default=None), "block_top_topic_share": div["top_topic_share"],
+        "novel_share_mean": _mean(novel), "novel_share_min": min(novel, default=None),
         "self_bleu3": div["self_bleu3"], "distinct3": div["distinct3"],
         "alerts": [a["rule"] for r in records for a in r.alerts],
         "mitigations": [a["mitigation"] for r in records for a in r.alerts if a["mitigation"]],

@@ -92,6 +92,18 @@ def add_tasks(sess: Session, run_id: int | None, tasks: Sequence[NewTask]) -> li
     return [ids[(t.domain, t.content_hash)] for t in tasks]
 
 
+def new_task_keys(sess: Session, tasks: Sequence[NewTask]) -> set[tuple[str, str]]:
+    """The distinct ``(domain, content_hash)`` keys of ``tasks`` that no stored task has (what ``add_tasks``
+    would insert)."""
+    keys = {(t.domain, t.content_hash) for t in tasks}
+    for domain in {d for d, _ in keys}:
+        hashes = [h for d, h in keys if d == domain]
+        for chunk in _chunks(hashes, 500):
+            q = select(TaskRow.content_hash).where(TaskRow.domain == domain, TaskRow.content_hash.in_(chunk))
+            keys -= {(domain, h) for h in sess.scalars(q)}
+    return keys
+
+
 def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:
     """Insert solver trials idempotently on ``(task, solver, attempt)``; returns rows inserted."""
     for t in trials:

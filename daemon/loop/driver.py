@@ -181,9 +181,11 @@ class Driver(HealthWatch, AuxRetrain):
                 n = demand_sample_size(queue.ready_count(s, self.run_id), n, self.s.sample_size_max)
         texts = self.engine.sample(n, seed=self.s.seed * 100_003 + cycle)
         checks, scored = self._validate_and_score(texts)
-        self._store_sample(cycle, checks, scored)
+        novel = self._store_sample(cycle, checks, scored)
         values, state.dominant_topic = self._sample_metrics(texts, checks, scored)
         values["sampled"] = float(n)
+        if valid := sum(v.valid for v in checks):  # a repetition collapse: valid, mixed, and nothing new
+            values["novel_share"] = novel / valid
         if scored is not None:
             values["predicted_utility"] = sum(scored.probabilities) / len(scored.probabilities)
         if self.s.emit_rollouts:  # the RL chunk's rollouts, already generated: candidates beside the sample
@@ -219,9 +221,10 @@ class Driver(HealthWatch, AuxRetrain):
         return checks, (self.engine.score(ref_texts) if ref_texts else None)
 
     def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None,
-                      origin: dict[str, Any] | None = None) -> None:
-        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage).
-        ``origin`` (rollouts): payload keys that replace the policy's generator step and adapter hash."""
+                      origin: dict[str, Any] | None = None) -> int:
+        """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage); returns how
+        many distinct valid tasks were new to the store. ``origin`` (rollouts): payload keys that replace the
+        policy's generator step and adapter hash."""
         prov = {} if origin else self.engine.provenance()
         new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
                             payload={**v.task.payload, **(origin or {})}, invalid_reason=v.reason,
@@ -230,12 +233,14 @@ class Driver(HealthWatch, AuxRetrain):
                for v in checks]
         valid_idx = [i for i, v in enumerate(checks) if v.valid]
         with self.store.session() as s:
+            novel = repo.new_task_keys(s, [new[i] for i in valid_idx])
             ids = repo.add_tasks(s, self.run_id, new)
             if scored is not None:
                 ensemble_id = lineage.record_ensemble(s, self.run_id, scored.ensemble)
                 lineage.record_probe_scores(s, ensemble_id, [(ids[i], lg, p) for i, lg, p in
                                                              zip(valid_idx, scored.logits, scored.probabilities,
                                                                  strict=True)])
+        return len(novel)
 
     def _sample_metrics(self, texts: list[str], checks: Sequence[Validity], scored: Scored | None
                         ) -> tuple[dict[str, float], str | None]:
@@ -261,7 +266,7 @@ class Driver(HealthWatch, AuxRetrain):
         sampled = self._cycle_metrics(cycle)  # the sample phase's validity and predicted utility
         values |= self._utility(cycle, sid, state, sampled.get("predicted_utility"))
         values |= self._probe_trust(cycle, state)
-        values |= self._rollback_check(state, sampled.get("validity"), sampled.get("top_topic_share"))
+        values |= self._rollback_check(state, sampled)
         values |= self._end_long_pauses(cycle, state)
         self._record(cycle, values)
         # the cycle's sample and spot-check metrics are in: evaluate alerts before retrain and emit

@@ -21,8 +21,8 @@ from daemon.ops.logs import strip_markup
 log = logging.getLogger("propel.run")
 
 SUMMARY = (("rl_reward_mean", "RL reward", "{:+.2f}"), ("validity", "valid", "{:.0%}"),
-           ("predicted_utility", "pred. util", "{:.0%}"), ("verified_utility", "verified util", "{:.0%}"),
-           ("spotcheck_utility", "spot util", "{:.0%}"),
+           ("novel_share", "new", "{:.0%}"), ("predicted_utility", "pred. util", "{:.0%}"),
+           ("verified_utility", "verified util", "{:.0%}"), ("spotcheck_utility", "spot util", "{:.0%}"),
            ("false_positives", "FPs", "{:,.0f}"), ("retrained", "aux+", "{:,.0f}"), ("emitted", "emitted", "{:,.0f}"),
            ("replayed", "replayed", "{:,.0f}"), ("queue_ready", "queue", "{:,.0f}"))
 

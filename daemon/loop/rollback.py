@@ -20,6 +20,17 @@ within-group normalisation cannot pull an already collapsed policy back. So a cy
 its top-topic share is also at most ``healthy_top_topic_share``, and when the top-topic share stays above
 ``top_topic_share`` for ``cycles`` cycles in a row the generator is rolled back to that healthy checkpoint
 (same pinning, same no-repeat rule). ``top_topic_share = 1`` turns it off.
+
+**Repetition collapse.** A policy can stay valid and mixed while sampling almost only tasks the store
+already holds: a duplicate is never stored or emitted again, so supply dries up with every chart green.
+The followed LM trainer's daemon did (closed_loop, replay-off seed 0, 926077f: 98–100 % valid, 1–2
+candidates in the emit window, about one new valid task every two cycles, the trainer starved). The
+repetition penalty (:mod:`curriculum.reward.novelty`) cannot pull it back: once every member of a GRPO
+group repeats, their penalties are equal and the group has no signal. The sample's *novel share* — the
+share of its valid tasks that are new to the store (and not repeated within the sample) — measures it.
+A cycle is healthy only when its novel share is also at least ``healthy_novelty``, and when it stays below
+``novelty`` for ``cycles`` cycles in a row the generator is rolled back (same pinning, same no-repeat rule).
+``novelty = 0`` turns it off.
 """
 
 from __future__ import annotations
@@ -34,16 +45,20 @@ class RollbackRule:
     healthy_validity: float = 0.9  # a cycle at or above this … marks its checkpoint healthy
     top_topic_share: float = 1.0  # collapse: top-topic share above this … (1: never roll back on topics)
     healthy_top_topic_share: float = 1.0  # … with a top-topic share at most this
+    novelty: float = 0.0  # collapse: novel share below this for ``cycles`` cycles (0: never roll back on it)
+    healthy_novelty: float = 0.0  # … and a novel share at least this
 
     @property
     def on(self) -> bool:
-        return self.validity > 0 or self.top_topic_share < 1
+        return self.validity > 0 or self.top_topic_share < 1 or self.novelty > 0
 
 
-def is_healthy(validity: float, rule: RollbackRule, top_topic_share: float | None = None) -> bool:
-    """The generator's checkpoint is judged on its sample: validity and topic mix (not on the probes)."""
+def is_healthy(validity: float, rule: RollbackRule, top_topic_share: float | None = None,
+               novel_share: float | None = None) -> bool:
+    """The generator's checkpoint is judged on its sample: validity, topic mix and novelty (not on the probes)."""
     mixed = top_topic_share is None or top_topic_share <= rule.healthy_top_topic_share
-    return validity >= rule.healthy_validity and mixed
+    novel = novel_share is None or novel_share >= rule.healthy_novelty
+    return validity >= rule.healthy_validity and mixed and novel
 
 
 def repeated(wanted: int | None, rolled_back_to: int | None, revalidated: bool = False) -> bool:
@@ -64,6 +79,13 @@ def high_topic_streak(before: int, top_topic_share: float | None, rule: Rollback
     return before + 1 if top_topic_share > rule.top_topic_share else 0
 
 
+def low_novelty_streak(before: int, novel_share: float | None, rule: RollbackRule) -> int:
+    """Consecutive cycles with the novel share below the collapse limit (no valid task: the streak holds)."""
+    if novel_share is None:
+        return before
+    return before + 1 if novel_share < rule.novelty else 0
+
+
 def target(streak: int, rule: RollbackRule, healthy_step: int | None, current_step: int) -> int | None:
     """The step to roll back to, or None (no collapse yet, no healthy step known, or already there)."""
     if not rule.on or streak < rule.cycles or healthy_step is None or healthy_step >= current_step:
@@ -82,12 +104,19 @@ def topic_collapse(rule: RollbackRule, last_share: float) -> str:
             f"(last {last_share:.0%})")
 
 
+def novelty_collapse(rule: RollbackRule, last_share: float) -> str:
+    """Why a repetition rollback is due, in words."""
+    return (f"new tasks below {rule.novelty:.0%} of the valid sample for {rule.cycles} cycles in a row "
+            f"(last {last_share:.0%}: the generator repeats stored tasks)")
+
+
 def describe(rule: RollbackRule, why: str, current_step: int, restored: int | None, wanted: int) -> str:
     """The log line of a rollback (or of one that found no checkpoint); ``why``: the collapse or the escalation."""
     if restored is None:
         return (f"{why}: cannot roll the generator back to step {wanted} (the last healthy one): no checkpoint at or "
                 "before it is recorded")
     mix = f" and top-topic share ≤ {rule.healthy_top_topic_share:.0%}" if rule.healthy_top_topic_share < 1 else ""
+    mix += f" and new tasks ≥ {rule.healthy_novelty:.0%}" if rule.healthy_novelty > 0 else ""
     return (f"{why}: generator rolled back from step {current_step:,} to step {restored:,}, the last cycle with "
             f"validity ≥ {rule.healthy_validity:.0%}{mix}")
 

@@ -116,6 +116,8 @@ class DriverState(BaseModel):
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     high_topic_cycles: int = Field(0, ge=0, description="cycles in a row with the top-topic share above the "
                                    "rollback limit")
+    low_novelty_cycles: int = Field(0, ge=0, description="cycles in a row with the sample's share of new tasks below "
+                                    "the rollback limit")
     mitigations: list[Applied] = Field(default_factory=list, description="mitigations applied by alerts, measured "
                                        "and escalated (daemon.loop.escalation)")
     emission_paused_by: list[str] = Field(default_factory=list, description="alert rules whose escalation paused "

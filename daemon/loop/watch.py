@@ -69,28 +69,37 @@ class HealthWatch:
             cycle, state.suspect_until, why, state.suspect_why, hacking.acting(self.s.suspect))})
         return {"topic_js": sig.topic_js or 0.0, "probes_suspect": float(health.PROBES_SUSPECT in state.degraded)}
 
-    def _rollback_check(self, state: DriverState, validity: float | None, top_share: float | None
-                        ) -> dict[str, float]:
-        """Remember the last healthy generator step; roll back to it when validity or the topic mix collapses."""
-        rule = self.s.rollback
+    def _rollback_check(self, state: DriverState, sampled: dict[str, float]) -> dict[str, float]:
+        """Remember the last healthy generator step; roll back to it when validity, the topic mix or the share of
+        new tasks (``sampled``: the sample phase's metrics) collapses."""
+        rule, validity = self.s.rollback, sampled.get("validity")
         if not rule.on or validity is None:
             return {}
+        top_share, novel = sampled.get("top_topic_share"), sampled.get("novel_share")
         step = int(self.engine.provenance().get("generator_step") or 0)
-        if rollback.is_healthy(validity, rule, top_share):  # the sample alone: suspect probes say nothing of it
+        if rollback.is_healthy(validity, rule, top_share, novel):  # the sample alone: suspect probes say nothing
             state.healthy_step = step
         if validity >= rule.healthy_validity:
             state.valid_since_rollback = True
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
-        # a topic share over the few valid tasks of a validity collapse says nothing: the streak holds
+        # a topic share (or novel share) over the few valid tasks of a validity collapse says nothing: streaks hold
+        valid_enough = validity >= rule.validity
         state.high_topic_cycles = rollback.high_topic_streak(
-            state.high_topic_cycles, top_share if validity >= rule.validity else None, rule)
-        streak = max(state.low_validity_cycles, state.high_topic_cycles)
+            state.high_topic_cycles, top_share if valid_enough else None, rule)
+        state.low_novelty_cycles = rollback.low_novelty_streak(
+            state.low_novelty_cycles, novel if valid_enough and rule.novelty > 0 else None, rule)
+        streak = max(state.low_validity_cycles, state.high_topic_cycles, state.low_novelty_cycles)
         wanted = rollback.target(streak, rule, state.healthy_step, step)
         if wanted is None:
             return {}
         invalid = state.low_validity_cycles >= rule.cycles
-        why = rollback.collapse(rule, validity) if invalid else rollback.topic_collapse(rule, top_share or 0.0)
-        state.low_validity_cycles = state.high_topic_cycles = 0
+        if invalid:
+            why = rollback.collapse(rule, validity)
+        elif state.high_topic_cycles >= rule.cycles:
+            why = rollback.topic_collapse(rule, top_share or 0.0)
+        else:
+            why = rollback.novelty_collapse(rule, novel or 0.0)
+        state.low_validity_cycles = state.high_topic_cycles = state.low_novelty_cycles = 0
         return self._roll_back(state, wanted, step, why, revalidated=invalid and state.valid_since_rollback)
 
     def _roll_back(self, state: DriverState, wanted: int, step: int, why: str,

@@ -45,6 +45,7 @@ GAUGES: dict[str, tuple[str, str]] = {
     "distinct3": ("propel_distinct3_ratio", "Distinct-3 (unique/total 3-grams) of the fixed-size sample"),
     "top_topic_share": ("propel_top_topic_share_ratio", "Share of the most common topic among valid tasks"),
     "validity": ("propel_validity_ratio", "Share of sampled generator outputs that are valid tasks"),
+    "novel_share": ("propel_novel_share_ratio", "Share of the sample's valid tasks that are new to the store"),
     "reward_mean": ("propel_reward_mean", "Mean probe reward of the last RL chunk"),
     "reward_var": ("propel_reward_variance", "Reward variance on current-policy samples (RVP)"),
     "probe_precision": ("propel_probe_precision_ratio", "Spot-checked probe-high tasks that were in band"),
@@ -88,8 +89,8 @@ TOTALS: dict[str, tuple[str, str]] = {
     "primary_refreshes": ("propel_primary_refreshes", "Challenger primary probes promoted over the champion"),
     "stale_retired": ("propel_stale_tasks", "Ready queue tasks retired as stale after a primary refresh"),
     "drift_remeasured": ("propel_drift_remeasured", "Labelled tasks re-measured on a new solver version"),
-    "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity "
-                  "collapse or an escalated alert)"),
+    "rollbacks": ("propel_generator_rollbacks", "Generator rollbacks to the last healthy checkpoint (validity, "
+                  "topic or repetition collapse, or an escalated alert)"),
 }
 #: Gauges that read NaN until first measured: a 0 there would read as "measured, nothing found".
 UNMEASURED_NAN: tuple[str, ...] = ("drift_score", "trainer_utility", "trainer_too_easy")

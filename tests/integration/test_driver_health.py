@@ -239,6 +239,32 @@ def test_a_topic_collapse_rolls_the_generator_back_to_the_last_mixed_step(
     assert driver.state()[2].healthy_step == 30
 
 
+def test_a_policy_that_repeats_stored_tasks_is_rolled_back_to_the_last_step_that_sampled_new_ones(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Valid and mixed, but the same tasks every cycle (the followed LM trainer's starved daemon): each cycle
+    records the share of its valid sample new to the store; a repeating cycle is no rollback target, and
+    ``cycles`` of them in a row roll the generator back to the last step that sampled new tasks."""
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8, novelty=0.1, healthy_novelty=0.3)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):  # random expressions: all new, healthy at step 10, then 20
+        assert _cycle_values(driver)["novel_share"] == 1.0
+    engine.repeat_collapse = True  # the same sample from now on: new once (step 30), then nothing new
+    first = _cycle_values(driver)
+    assert first["novel_share"] == 1.0 and driver.state()[2].healthy_step == 30
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(2)]
+    assert [v["novel_share"] for v in values] == [0.0, 0.0] and all(v["validity"] > 0.8 for v in values)
+    assert [v.get("rolled_back") for v in values] == [None, 1.0] and engine.rollbacks == [30]
+    said = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+    assert said == ["new tasks below 10% of the valid sample for 2 cycles in a row (last 0%: the generator repeats "
+                    "stored tasks): generator rolled back from step 50 to step 30, the last cycle with validity ≥ "
+                    "80% and new tasks ≥ 30%"]
+    state = driver.state()[2]
+    assert state.totals.rollbacks == 1 and state.low_novelty_cycles == 0 and state.healthy_step == 30
+    assert _cycle_values(driver)["novel_share"] == 1.0  # new tasks again: a new target
+    assert driver.state()[2].healthy_step == 40
+
+
 def test_a_validity_collapse_after_a_topic_rollback_rolls_back_again(
         sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Rolled back for its topic mix, the generator samples valid tasks again (still on one topic: no healthy

@@ -84,3 +84,30 @@ def test_the_topic_log_line_reads() -> None:
     assert rollback.describe(TOPIC, why, 910, 640, 640) == (
         "top-topic share above 45% for 3 cycles in a row (last 96%): generator rolled back from step 910 to step "
         "640, the last cycle with validity ≥ 90% and top-topic share ≤ 30%")
+
+
+NOVEL = RollbackRule(validity=0.3, cycles=3, healthy_validity=0.9, novelty=0.1, healthy_novelty=0.3)
+
+
+@pytest.mark.parametrize(("validity", "novel", "healthy"), [
+    (0.95, 0.8, True), (0.95, 0.3, True), (0.95, 0.29, False),  # a repeating policy is no rollback target
+    (0.5, 0.9, False), (0.95, None, True)])  # no valid task: judged on validity
+def test_a_healthy_checkpoint_also_samples_new_tasks(validity: float, novel: float | None, healthy: bool) -> None:
+    assert rollback.is_healthy(validity, NOVEL, None, novel) is healthy
+    assert rollback.is_healthy(validity, RULE, None, novel) is (validity >= 0.9)  # healthy_novelty 0: not judged
+
+
+@pytest.mark.parametrize(("before", "novel", "after"), [(0, 0.0, 1), (2, 0.09, 3), (2, 0.1, 0), (2, None, 2)])
+def test_low_novelty_streak(before: int, novel: float | None, after: int) -> None:
+    assert rollback.low_novelty_streak(before, novel, NOVEL) == after
+    assert rollback.low_novelty_streak(before, 0.0, RULE) == 0  # novelty 0: never a collapse
+
+
+def test_novelty_rollback_alone_turns_the_rule_on_and_reads() -> None:
+    rule = RollbackRule(validity=0.0, novelty=0.1)
+    assert rule.on and rollback.target(3, rule, 640, 910) == 640
+    why = rollback.novelty_collapse(NOVEL, 0.02)
+    assert rollback.describe(NOVEL, why, 910, 640, 640) == (
+        "new tasks below 10% of the valid sample for 3 cycles in a row (last 2%: the generator repeats stored "
+        "tasks): generator rolled back from step 910 to step 640, the last cycle with validity ≥ 90% and new "
+        "tasks ≥ 30%")
