@@ -136,6 +136,10 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
               for_cycles=2, severity=Severity.CRITICAL,
               mitigation=MitigationSpec(kind=MitigationKind.RAISE_KL, factor=4.0),
               description="most generator outputs are invalid (check the invalid floor lies below probe logits)"),
+    AlertRule(name="novelty_low", metric="novel_share", comparator=Comparator.LT, threshold=0.1,
+              for_cycles=3, severity=Severity.WARNING,
+              description="the generator's valid samples are mostly tasks the store already holds: supply dries up "
+                          "while validity and the topic mix look fine (health.rollback_novelty rolls it back)"),
     AlertRule(name="probe_precision_low", metric="probe_precision", comparator=Comparator.LT, threshold=0.3,
               for_cycles=2, severity=Severity.CRITICAL,
               mitigation=MitigationSpec(kind=MitigationKind.RETRAIN_AUX_TOPIC),

@@ -108,12 +108,13 @@ def test_default_rules_catch_the_paper_failure_modes() -> None:
                       "probe_precision": 0.6 - 0.06 * c, "self_bleu3": 0.55 + 0.05 * c,
                       "drift_score": 0.1 * c, "emission_stalled": float(c >= 8),
                       "probes_suspect": float(c >= 5), "emission_pause_expired": float(c >= 9),
-                      "trainer_too_easy": 0.1 * c} for c in range(10)}
+                      "trainer_too_easy": 0.1 * c, "novel_share": max(0.0, 0.9 - 0.15 * c)} for c in range(10)}
     fired = {e.rule for e in evaluate(DEFAULT_RULES, collapsing, {}) if e.kind == "fire"}
     assert fired == {r.name for r in DEFAULT_RULES}
     healthy = {c: {"top_topic_share": 0.1, "distinct3": 0.7, "validity": 0.97, "probe_precision": 0.6,
                    "self_bleu3": 0.57, "drift_score": 0.1, "emission_stalled": 0.0,
-                   "probes_suspect": 0.0, "emission_pause_expired": 0.0, "trainer_too_easy": 0.3} for c in range(8)}
+                   "probes_suspect": 0.0, "emission_pause_expired": 0.0, "trainer_too_easy": 0.3, "novel_share": 0.8}
+               for c in range(8)}
     assert evaluate(DEFAULT_RULES, healthy, {}) == []
 
 
