@@ -43,6 +43,21 @@ def test_add_tasks_is_idempotent_and_returns_ids_in_order(store: Store) -> None:
     assert other[0] not in ids
 
 
+def test_new_task_keys_are_the_distinct_tasks_add_tasks_would_insert(store: Store) -> None:
+    """The sample's novel share counts these: a task stored before is not new, a repeat within the sample counts
+    once, and the domain is part of the key."""
+    run_id = _run(store)
+    with store.session() as s:
+        repo.add_tasks(s, run_id, _tasks(600))  # more than one 500-hash chunk is looked up
+    sample = _tasks(4, start=598) + _tasks(2, start=600) + _tasks(1, start=5, domain="azr")
+    with store.session() as s:
+        new = repo.new_task_keys(s, sample)
+        inserted = len(repo.add_tasks(s, None, sample))
+        count = s.execute(select(func.count()).select_from(TaskRow)).scalar_one()
+    assert new == {("arith", "h0600"), ("arith", "h0601"), ("azr", "h0005")}
+    assert inserted == 7 and count == 600 + len(new)
+
+
 def test_trials_unique_per_task_solver_attempt(store: Store) -> None:
     with store.session() as s:
         (tid,) = repo.add_tasks(s, None, _tasks(1))
