@@ -67,6 +67,7 @@ from testkit.closed_loop import (
 )
 from testkit.closed_loop_lm import LMSettings
 from testkit.closed_loop_stats import all_rollouts, comparisons
+from testkit.configs import extra_tables
 
 METRICS = ("in_band", "useful_share", "heldout_accuracy", "daemon_trials", "solver_rollouts")
 #: Cost per arm (cumulative): trainer wall-clock (held-out measurement excluded), of which waiting on the
@@ -379,6 +380,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
               help="trainer_labels arm: frontier.trainer_band_lead (default: the product's)")
 @click.option("--follow-replay", type=click.IntRange(min=0), default=None,
               help="trainer_labels arm: emission.replay_max, frontier replay (default: the product's; 0: off)")
+@click.option("--daemon-set", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="daemon arms: one more config value (TOML), e.g. health.rollback_novelty=0; repeatable")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--daemon-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
@@ -411,7 +414,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
          sample_size_max: int | None, rollouts: bool, min_probability: float | None, follow_lead: int | None,
-         follow_replay: int | None, device: str,
+         follow_replay: int | None, daemon_set: tuple[str, ...], device: str,
          daemon_device: str, generator_steps: int, data_dir: Path,
          rows: str | None,
          lm_seeds: int | None, lm_steps_per_round: int, lm_measure_tasks: int, lm_pretrain_steps: int,
@@ -424,8 +427,12 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     # timeout(1) or a scheduler's SIGTERM: unwind, so that every arm's server is stopped (they run in their
     # own sessions and would outlive this process)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        extra = extra_tables(daemon_set)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--daemon-set") from None
     settings = QUICK if quick else POWERED if powered else FULL
-    settings = replace(settings, rounds=rounds or settings.rounds,
+    settings = replace(settings, daemon_extra=extra, rounds=rounds or settings.rounds,
                        steps_per_round=steps_per_round or settings.steps_per_round,
                        sample_size_max=sample_size_max, emit_rollouts=rollouts, follow_lead=follow_lead,
                        follow_replay=follow_replay,
@@ -451,7 +458,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
                               measure_tasks=lm_measure_tasks, daemon_device=settings.daemon_device,
                               heldout=lm_held_out, batch=lm_prompts_per_step,
                               min_probability=settings.min_probability, follow_lead=follow_lead,
-                              follow_replay=follow_replay)
+                              follow_replay=follow_replay, daemon_extra=extra)
         plan[LM_ROW] = (lm_settings, range(seed_start, seed_start + (lm_seeds or n)))
     data_dir.mkdir(parents=True, exist_ok=True)
     lm = LMSettings(pretrain_steps=lm_pretrain_steps, held_out=lm_held_out, held_out_kind=lm_held_out_kind,

@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import tomllib
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+
+#: Tables :func:`write_config` (and the closed loop's arm config) write themselves: a second one is a TOML error.
+WRITTEN_TABLES = frozenset({"store", "generator", "daemon", "alerts", "probes", "rl", "spotcheck", "emission", "api",
+                            "solver", "frontier", "domain"})
+
+
+def extra_tables(pairs: Sequence[str]) -> str:
+    """``section.key=value`` settings (value in TOML: ``0``, ``"x"``, ``[1, 2]``) as TOML tables to append to a
+    :func:`write_config` config; a ``ValueError`` says in one line what is wrong with a pair."""
+    tables: dict[str, list[str]] = defaultdict(list)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name or "." in name:
+            raise ValueError(f"{pair!r}: write section.key=value, e.g. health.rollback_novelty=0")
+        if section in WRITTEN_TABLES:
+            raise ValueError(f"{pair!r}: [{section}] is written by the benchmark itself; use its own option")
+        try:
+            tomllib.loads(f"v = {value.strip()}")
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{pair!r}: the value is not TOML ({e}); quote strings: key=\"text\"") from None
+        tables[section].append(f"{name} = {value.strip()}")
+    return "".join(f"[{section}]\n" + "".join(f"{line}\n" for line in lines) for section, lines in tables.items())
 
 
 def write_config(path: Path, generator: Path, data_dir: Path, db_url: str, run: str, extra: str = "",
