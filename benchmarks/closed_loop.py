@@ -52,6 +52,7 @@ import click
 import numpy as np
 
 from benchmarks._common import COMMIT_AT_START, RESULTS, write_result
+from benchmarks.long_run import check_overrides
 from daemon.config import EmissionConfig
 from testkit.closed_loop import (
     ARMS,
@@ -381,7 +382,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--follow-replay", type=click.IntRange(min=0), default=None,
               help="trainer_labels arm: emission.replay_max, frontier replay (default: the product's; 0: off)")
 @click.option("--daemon-set", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="daemon arms: one more config value (TOML), e.g. health.rollback_novelty=0; repeatable")
+              help="daemon arms: one more config value (VALUE read as JSON, else a string), e.g. "
+                   "health.rollback_novelty=0; repeatable")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="where the daemon's generator and the LM trainer run (cuda needs a visible GPU)")
 @click.option("--daemon-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
@@ -427,6 +429,7 @@ def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_f
     # timeout(1) or a scheduler's SIGTERM: unwind, so that every arm's server is stopped (they run in their
     # own sessions and would outlive this process)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    check_overrides(daemon_set, "--daemon-set")  # the embedded config's keys and types
     try:
         extra = extra_tables(daemon_set)
     except ValueError as e:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,21 +13,18 @@ WRITTEN_TABLES = frozenset({"store", "generator", "daemon", "alerts", "probes", 
 
 
 def extra_tables(pairs: Sequence[str]) -> str:
-    """``section.key=value`` settings (value in TOML: ``0``, ``"x"``, ``[1, 2]``) as TOML tables to append to a
-    :func:`write_config` config; a ``ValueError`` says in one line what is wrong with a pair."""
+    """``SECTION.KEY=VALUE`` settings (read as :func:`testkit.long_run.parse_override` reads them: JSON where it
+    parses, else a string) as TOML tables to append to a :func:`write_config` config; a ``ValueError`` says in one
+    line what is wrong with a pair."""
+    from testkit.long_run import parse_override
+
     tables: dict[str, list[str]] = defaultdict(list)
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        section, dot, name = key.strip().partition(".")
-        if not sep or not dot or not section or not name or "." in name:
-            raise ValueError(f"{pair!r}: write section.key=value, e.g. health.rollback_novelty=0")
-        if section in WRITTEN_TABLES:
-            raise ValueError(f"{pair!r}: [{section}] is written by the benchmark itself; use its own option")
-        try:
-            tomllib.loads(f"v = {value.strip()}")
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{pair!r}: the value is not TOML ({e}); quote strings: key=\"text\"") from None
-        tables[section].append(f"{name} = {value.strip()}")
+        section, name, value = parse_override(pair)
+        if not section or section in WRITTEN_TABLES:
+            raise ValueError(f"{pair!r}: [{section or 'top level'}] is written by the benchmark itself; use its own "
+                             "option")
+        tables[section].append(f"{name} = {json.dumps(value)}")
     return "".join(f"[{section}]\n" + "".join(f"{line}\n" for line in lines) for section, lines in tables.items())
 
 
