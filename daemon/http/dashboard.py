@@ -47,7 +47,7 @@ router = APIRouter(tags=["dashboard"])
 PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("collapse", "Collapse metrics", ("top_topic_share", "distinct3", "self_bleu3", "rl_diversity_penalty",
                                           "rl_topic_share_penalty")),
-    ("generator", "Generator", ("validity", "reward_mean", "reward_var")),
+    ("generator", "Generator", ("validity", "novel_share", "reward_mean", "reward_var")),
     ("probes", "Probe quality and spot-checks",
      ("probe_precision", "false_positive_rate", "spotcheck_utility", "solver_budget_used")),
     ("utility", "Predicted vs verified utility", ("predicted_utility", "verified_utility", "topic_js")),
@@ -62,6 +62,7 @@ UNITS: dict[str, tuple[str, str]] = {
     "rl_diversity_penalty": ("reward's repetition penalty (0–1)", "mean of the RL chunk"),
     "rl_topic_share_penalty": ("reward's topic-share penalty (0–1)", "mean of the RL chunk"),
     "validity": ("share of samples (0–1)", "per cycle"),
+    "novel_share": ("valid samples new to the store (0–1)", "per cycle"),
     "reward_mean": ("reward (probe logit)", "per cycle"),
     "reward_var": ("reward variance (RVP)", "per cycle"),
     "probe_precision": ("share of probe-high (0–1)", "per cycle"),

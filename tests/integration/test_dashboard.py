@@ -38,7 +38,8 @@ def _seed(store: Store, run: str = "demo", cycles: int = 16) -> None:
     for c in range(cycles):
         bad = 6 <= c < 11
         values = {"top_topic_share": 0.75 if bad else 0.2, "distinct3": 0.3 if bad else 0.7,
-                  "self_bleu3": 0.9 if bad else 0.6, "validity": 0.96, "reward_mean": -1.0 + 0.1 * c,
+                  "self_bleu3": 0.9 if bad else 0.6, "validity": 0.96, "novel_share": 0.05 if bad else 0.8,
+                  "reward_mean": -1.0 + 0.1 * c,
                   "reward_var": 0.5, "probe_precision": 0.2 if bad else 0.6, "false_positive_rate": 0.3,
                   "spotcheck_utility": 0.4, "solver_budget_used": 0.5, "emitted": 8, "solver_trials": 64,
                   "queue_ready": 5 + c}
@@ -111,9 +112,9 @@ def test_dashboard_renders_in_headless_chromium(dashboard_url: str) -> None:
                  "metrics-utility", "queue", "spotcheck", "probes"):
         assert f'data-plot="{plot}"' in dom, plot
     rows = re.findall(r'<tr class="alert-row" data-rule="([^"]+)"', dom)
-    assert {"topic_collapse", "distinct3_low", "probe_precision_low"} <= set(rows)
-    for name in ("top_topic_share", "distinct3", "self_bleu3", "validity", "probe_precision", "reward_var",
-                 "queue_ready", "probe-aux-2", "in band", "out of band"):
+    assert {"topic_collapse", "distinct3_low", "probe_precision_low", "novelty_low"} <= set(rows)
+    for name in ("top_topic_share", "distinct3", "self_bleu3", "validity", "novel_share", "probe_precision",
+                 "reward_var", "queue_ready", "probe-aux-2", "in band", "out of band"):
         assert name in dom, name
     assert "<script" not in dom and "<link" not in dom and "<img" not in dom  # nothing to fetch
     assert re.findall(r'(?:src|href)="(?!/dashboard/|#)[^"]*"', dom) == []
