@@ -95,7 +95,8 @@ class Recorder:
         b["close_s"] = time.perf_counter() - t0  # the block's diversity metrics and goals (between two phases)
         self.write()
         click.echo(f"block {b['cycles']}: emitted {b['emitted']} in band {_f(b['emitted_in_band'])}, all valid "
-                   f"{_f(b['valid_in_band'])}, validity {_f(b['validity_mean'])}, top topic "
+                   f"{_f(b['valid_in_band'])}, validity {_f(b['validity_mean'])}, new {_f(b.get('novel_share_mean'))}, "
+                   f"top topic "
                    f"{_f(b['top_topic_share_max'])}, Self-BLEU-3 {_f(b['self_bleu3'])}, trials "
                    f"{b['solver_trials']:.0f}, RSS {b['rss_mib']:.0f} MiB"
                    + (f"; untrained candidates in band {_f(b['reference_in_band'])}, emitted share "
@@ -137,7 +138,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
         x = [b["cycles"][0] for b in blocks]
 
         def series(key: str, blocks: list[dict[str, Any]] = blocks) -> list[float]:
-            return [float("nan") if b[key] is None else b[key] for b in blocks]
+            return [float("nan") if b.get(key) is None else b[key] for b in blocks]
 
         row[0].plot(x, series("emitted_in_band"), marker="o", ms=3, label="emitted")
         row[0].plot(x, series("valid_in_band"), marker="o", ms=3, label="all valid sampled")
@@ -157,6 +158,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
         row[0].set_ylabel(f"{name}: exact P(in band)", fontsize=8)
         row[1].plot(x, series("validity_mean"), marker="o", ms=3, label="validity")
         row[1].plot(x, series("top_topic_share_max"), marker="o", ms=3, label="max top-topic share")
+        row[1].plot(x, series("novel_share_mean"), marker="o", ms=3, label="new valid tasks (mean share)")
         row[2].plot(x, series("self_bleu3"), marker="o", ms=3, label="Self-BLEU-3")
         if sc.get("untrained") and sc["untrained"].get("self_bleu3") is not None:
             row[2].axhline(sc["untrained"]["self_bleu3"], color="gray", ls=":", label="untrained Self-BLEU-3")
@@ -184,16 +186,18 @@ def table(data: dict[str, Any]) -> str:
                   + (", ".join(f"{a['version']} (skill {a['skill']:g}) before {a['before_cycle']}"
                                for a in sc["announced"]) or "none"), "",
                   "| cycles | spot-checks | emitted (n) | emitted in band | all valid in band | margin | probe ρ | "
-                  "top-¼ gain | validity min / mean | max top topic | Self-BLEU-3 | Distinct-3 | trials | alerts | "
-                  "degraded | RSS MiB |",
-                  "|" + "---|" * 16]
+                  "top-¼ gain | validity min / mean | new min / mean | max top topic | Self-BLEU-3 | Distinct-3 | "
+                  "trials | alerts | degraded | RSS MiB |",
+                  "|" + "---|" * 17]
         for b in sc["blocks"]:
             spots = b["spotchecks_per_cycle"]
             lines.append(f"| {b['cycles'][0]}–{b['cycles'][1]} | {sum(spots)} ({sum(1 for x in spots if x)}/"
                          f"{len(spots)} cycles) | {b['emitted']} | {_f(b['emitted_in_band'])} | "
                          f"{_f(b['valid_in_band'])} | {_f(b['gate_margin'])} | {_f(b.get('probe_spearman'))} | "
                          f"{_f(b.get('top_quarter_margin'))} | {_f(b['validity_min'])} / "
-                         f"{_f(b['validity_mean'])} | {_f(b['top_topic_share_max'])} | {_f(b['self_bleu3'])} | "
+                         f"{_f(b['validity_mean'])} | {_f(b.get('novel_share_min'))} / "
+                         f"{_f(b.get('novel_share_mean'))} | "
+                         f"{_f(b['top_topic_share_max'])} | {_f(b['self_bleu3'])} | "
                          f"{_f(b['distinct3'])} | {b['solver_trials']:.0f} | {', '.join(sorted(set(b['alerts'])))} | "
                          f"{', '.join(b['degraded'])} | {b['rss_mib']:.0f} |")
         if sc.get("summary"):
