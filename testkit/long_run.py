@@ -38,13 +38,14 @@ from daemon.loop.progress import Progress
 from daemon.service.heap import rss_mib
 
 #: per-cycle metrics copied from the daemon's metric table (its own validity, topic share, spending, timing)
-CYCLE_METRICS = ("validity", "top_topic_share", "predicted_utility", "spotcheck_utility", "spotcheck_dispatched",
-                 "solver_trials", "labelled", "false_positives", "emitted", "retrained", "solver_budget_used",
-                 "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds", "emit_seconds",
-                 "backpressure")
+CYCLE_METRICS = ("validity", "novel_share", "top_topic_share", "predicted_utility", "spotcheck_utility",
+                 "spotcheck_dispatched", "solver_trials", "labelled", "false_positives", "emitted", "retrained",
+                 "solver_budget_used", "rl_seconds", "sample_seconds", "spotcheck_seconds", "retrain_seconds",
+                 "emit_seconds", "backpressure")
 #: the always-on health signals (issue #34), recorded when the daemon writes them
 HEALTH_METRICS = ("verified_utility", "verified_labels", "probes_suspect", "topic_js", "rolled_back",
-                  "emission_stalled", "emit_idle_cycles", "pause_emission", "spotcheck_tokens", "solver_budget_left")
+                  "rollback_repeated", "emission_stalled", "emit_idle_cycles", "pause_emission", "spotcheck_tokens",
+                  "solver_budget_left")
 BASE_SAMPLE = 512  # completions of the untrained generator, measured once at start
 BASE_SEED = 987_654_321  # its sampling seed (the sampler forks the RNG: the daemon's own stream is untouched)
 
