@@ -24,7 +24,7 @@ def _file_console() -> tuple[Console, io.StringIO]:
 
 def _cycle(progress: Progress, cycle: int, **emit: float) -> None:
     progress(CycleReport("rl", cycle, 1.5, {"reward_mean": 0.25}))
-    progress(CycleReport("sample", cycle, 0.5, {"validity": 0.97, "predicted_utility": 0.4}))
+    progress(CycleReport("sample", cycle, 0.5, {"validity": 0.97, "novel_share": 0.04, "predicted_utility": 0.4}))
     progress(CycleReport("spotcheck", cycle, 0.5, {"spotcheck_utility": 0.3, "false_positives": 1280.0}))
     progress(CycleReport("emit", cycle, 0.1, {"emitted": 1280.0, "queue_ready": 1_234_567.0, **emit}))
 
@@ -35,7 +35,7 @@ def test_summary_rows_have_separators_and_never_wrap() -> None:
     lines = buf.getvalue().splitlines()
     assert len(lines) == 5  # 4 phase lines + 1 summary row, none wrapped although they are > 80 columns
     summary = lines[-1]
-    assert len(summary) > 80 and summary.startswith("cycle 12,345 │ RL reward +0.25 │ valid 97%")
+    assert len(summary) > 80 and summary.startswith("cycle 12,345 │ RL reward +0.25 │ valid 97% │ new 4%")
     assert "emitted 1,280" in summary and "queue 1,234,567" in summary and "FPs 1,280" in summary
     assert "e+0" not in buf.getvalue()
     assert "emitted=1,280" in lines[3] and "queue_ready=1,234,567" in lines[3]
@@ -133,8 +133,8 @@ def test_without_a_terminal_lines_become_timestamped_log_lines(capsys: pytest.Ca
     lines = logs.getvalue().splitlines()
     assert capsys.readouterr().out == ""
     assert len(lines) == 5 and all(line[:8].count(":") == 2 and " INFO " in line for line in lines)  # HH:MM:SS
-    assert lines[-1].endswith("cycle 2 │ RL reward +0.25 │ valid 97% │ pred. util 40% │ spot util 30% │ FPs 1,280 │ "
-                              "emitted 1,280 │ queue 1,234,567")
+    assert lines[-1].endswith("cycle 2 │ RL reward +0.25 │ valid 97% │ new 4% │ pred. util 40% │ spot util 30% │ "
+                              "FPs 1,280 │ emitted 1,280 │ queue 1,234,567")
 
 
 @pytest.mark.parametrize(("emit", "note"), [
