@@ -29,7 +29,10 @@ repetition penalty (:mod:`curriculum.reward.novelty`) cannot pull it back: once 
 group repeats, their penalties are equal and the group has no signal. The sample's *novel share* — the
 share of its valid tasks that are new to the store (and not repeated within the sample) — measures it.
 A cycle is healthy only when its novel share is also at least ``healthy_novelty``, and when it stays below
-``novelty`` for ``cycles`` cycles in a row the generator is rolled back (same pinning, same no-repeat rule).
+``novelty`` for ``cycles`` cycles in a row the generator is rolled back (same pinning, same no-repeat rule,
+with the validity rule's exception: a repetition collapse after the novel share was back at
+``healthy_novelty`` rolls back to the same step again; without it the followed LM trainer's daemon refused
+every rollback for 200+ cycles at ~1 % new tasks, its topic mix keeping every cycle from being healthy).
 ``novelty = 0`` turns it off.
 """
 
@@ -63,7 +66,8 @@ def is_healthy(validity: float, rule: RollbackRule, top_topic_share: float | Non
 
 def repeated(wanted: int | None, rolled_back_to: int | None, revalidated: bool = False) -> bool:
     """Rolling back to ``wanted`` again, with no healthy cycle since the last rollback to it (``revalidated``: a
-    validity collapse after validity was back at the healthy level is a new collapse, not a repeat)."""
+    validity or repetition collapse after that signal was back at its healthy level is a new collapse, not a
+    repeat)."""
     return wanted is not None and wanted == rolled_back_to and not revalidated
 
 

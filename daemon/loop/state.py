@@ -113,6 +113,9 @@ class DriverState(BaseModel):
                                        "again until a healthy cycle gives a new target")
     valid_since_rollback: bool = Field(False, description="a cycle since the last rollback had validity at the "
                                        "healthy level: a validity collapse after it may roll back to the same step")
+    novel_since_rollback: bool = Field(False, description="a cycle since the last rollback had a share of new tasks at "
+                                       "the healthy level: a repetition collapse after it may roll back to the same "
+                                       "step")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     high_topic_cycles: int = Field(0, ge=0, description="cycles in a row with the top-topic share above the "
                                    "rollback limit")

@@ -81,6 +81,8 @@ class HealthWatch:
             state.healthy_step = step
         if validity >= rule.healthy_validity:
             state.valid_since_rollback = True
+        if novel is not None and novel >= max(rule.healthy_novelty, rule.novelty):
+            state.novel_since_rollback = True
         state.low_validity_cycles = rollback.low_streak(state.low_validity_cycles, validity, rule)
         # a topic share (or novel share) over the few valid tasks of a validity collapse says nothing: streaks hold
         valid_enough = validity >= rule.validity
@@ -93,20 +95,23 @@ class HealthWatch:
         if wanted is None:
             return {}
         invalid = state.low_validity_cycles >= rule.cycles
+        repeating = not invalid and state.low_novelty_cycles >= rule.cycles
         if invalid:
             why = rollback.collapse(rule, validity)
-        elif state.high_topic_cycles >= rule.cycles:
-            why = rollback.topic_collapse(rule, top_share or 0.0)
-        else:
+        elif repeating:
             why = rollback.novelty_collapse(rule, novel or 0.0)
+        else:
+            why = rollback.topic_collapse(rule, top_share or 0.0)
         state.low_validity_cycles = state.high_topic_cycles = state.low_novelty_cycles = 0
-        return self._roll_back(state, wanted, step, why, revalidated=invalid and state.valid_since_rollback)
+        # a validity or repetition collapse after that signal came back is a new collapse, not the rollback failing
+        again = (invalid and state.valid_since_rollback) or (repeating and state.novel_since_rollback)
+        return self._roll_back(state, wanted, step, why, revalidated=again)
 
     def _roll_back(self, state: DriverState, wanted: int, step: int, why: str,
                    revalidated: bool = False) -> dict[str, float]:
         """Roll the generator back to ``wanted`` (one log line and the same metrics for a collapse and an
-        escalation); never twice to the same step without a healthy cycle since (``revalidated``: a validity
-        collapse after validity was back, see :func:`daemon.loop.rollback.repeated`)."""
+        escalation); never twice to the same step without a healthy cycle since (``revalidated``: a validity or
+        repetition collapse after that signal was back, see :func:`daemon.loop.rollback.repeated`)."""
         if rollback.repeated(wanted, state.rolled_back_to, revalidated):
             log.warning("%s", rollback.describe_repeat(why, wanted))
             return {"rolled_back": 0.0, "rollback_repeated": 1.0}
@@ -117,7 +122,7 @@ class HealthWatch:
             return {"rolled_back": 0.0}
         state.totals.rollbacks += 1
         state.rolled_back_to = state.healthy_step = restored
-        state.valid_since_rollback = False
+        state.valid_since_rollback = state.novel_since_rollback = False
         return {"rolled_back": 1.0, "rollback_step": float(restored)}
 
     def _end_long_pauses(self, cycle: int, state: DriverState) -> dict[str, float]:

@@ -265,6 +265,35 @@ def test_a_policy_that_repeats_stored_tasks_is_rolled_back_to_the_last_step_that
     assert driver.state()[2].healthy_step == 40
 
 
+def test_a_repetition_collapse_after_new_tasks_came_back_rolls_back_to_the_same_step_again(
+        sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Rolled back for repeating itself, the generator samples new tasks again, but on one topic (no healthy
+    cycle, no new target), then repeats itself again: a new collapse, rolled back to the same step. Without it
+    the followed LM trainer's daemon refused every rollback for 200+ cycles at ~1 % new tasks and starved its
+    trainer (closed_loop seed 3, 400 steps, 53fdeb1). Repeating right after that rollback, with no new tasks in
+    between, is refused (the rollback is not working)."""
+    rule = RollbackRule(validity=0.3, cycles=2, healthy_validity=0.8, healthy_top_topic_share=0.3, novelty=0.1,
+                        healthy_novelty=0.3)
+    driver, engine = make_driver(sqlite_store, tmp_path, rollback=rule, retrain_min_false_positives=10**6)
+    for _ in range(2):
+        _cycle_values(driver)
+    engine.repeat_collapse = True  # new once (step 30, healthy), then the same tasks
+    assert [_cycle_values(driver).get("rolled_back") for _ in range(3)] == [None, None, 1.0]
+    assert engine.rollbacks == [30]
+    engine.topic_collapse = True  # new tasks again, all mul:3: the novelty is back, the mix is not
+    assert _cycle_values(driver)["novel_share"] == 1.0 and driver.state()[2].healthy_step == 30
+    engine.repeat_collapse = True  # now the same mul:3 tasks every cycle
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):
+        values = [_cycle_values(driver) for _ in range(3)]
+    assert [v["novel_share"] for v in values] == [1.0, 0.0, 0.0] and engine.rollbacks == [30, 30]
+    assert any("new tasks below 10%" in r.getMessage() and "rolled back from step" in r.getMessage()
+               for r in caplog.records)
+    engine.topic_collapse = engine.repeat_collapse = True  # repeats at once after that rollback: not again
+    again = [_cycle_values(driver) for _ in range(2)]
+    assert [v["novel_share"] for v in again] == [0.0, 0.0]
+    assert again[-1].get("rollback_repeated") == 1.0 and engine.rollbacks == [30, 30]
+
+
 def test_a_validity_collapse_after_a_topic_rollback_rolls_back_again(
         sqlite_store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Rolled back for its topic mix, the generator samples valid tasks again (still on one topic: no healthy
