@@ -7,7 +7,7 @@ on them froze the target in the long run, which rolled back to step 490 six time
 remembers the healthy cycle's generator step and keeps that checkpoint from being pruned
 (``pin_checkpoint``). When validity stays below ``validity`` for ``cycles`` cycles in a row, the
 generator is rolled back to the last healthy step — never twice to the same step without a healthy
-cycle in between (:func:`repeated`): then it is logged and counted instead, and an escalation goes on
+cycle in between (:func:`repeated`): then it is logged (once) and counted instead, and an escalation goes on
 to its next level. One exception: a *validity* collapse after a cycle whose validity was back at
 ``healthy_validity`` (its topic mix may still be collapsed) is a new collapse, not the rollback failing,
 and rolls back to the same step again. Without it the followed LM trainer's daemon, rolled back once for

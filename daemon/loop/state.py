@@ -116,6 +116,8 @@ class DriverState(BaseModel):
     novel_since_rollback: bool = Field(False, description="a cycle since the last rollback had a share of new tasks at "
                                        "the healthy level: a repetition collapse after it may roll back to the same "
                                        "step")
+    refusal_said: int | None = Field(None, description="the step whose refused rollback was last logged: said once "
+                                     "until a rollback happens (the rollback_repeated metric counts each)")
     low_validity_cycles: int = Field(0, ge=0, description="cycles in a row with validity below the rollback limit")
     high_topic_cycles: int = Field(0, ge=0, description="cycles in a row with the top-topic share above the "
                                    "rollback limit")

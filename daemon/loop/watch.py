@@ -113,7 +113,10 @@ class HealthWatch:
         escalation); never twice to the same step without a healthy cycle since (``revalidated``: a validity or
         repetition collapse after that signal was back, see :func:`daemon.loop.rollback.repeated`)."""
         if rollback.repeated(wanted, state.rolled_back_to, revalidated):
-            log.warning("%s", rollback.describe_repeat(why, wanted))
+            if state.refusal_said != wanted:  # once, not every cycle the collapse lasts (117 lines on one LM run)
+                log.warning("%s (said once; the rollback_repeated metric counts each)",
+                            rollback.describe_repeat(why, wanted))
+                state.refusal_said = wanted
             return {"rolled_back": 0.0, "rollback_repeated": 1.0}
         restored = self.engine.rollback(wanted)
         log.warning("%s", rollback.describe(self.s.rollback, why, step, restored, wanted))
@@ -123,6 +126,7 @@ class HealthWatch:
         state.totals.rollbacks += 1
         state.rolled_back_to = state.healthy_step = restored
         state.valid_since_rollback = state.novel_since_rollback = False
+        state.refusal_said = None
         return {"rolled_back": 1.0, "rollback_step": float(restored)}
 
     def _end_long_pauses(self, cycle: int, state: DriverState) -> dict[str, float]:

@@ -210,6 +210,11 @@ def test_a_validity_collapse_rolls_the_generator_back_to_the_last_healthy_step(
         again = [_cycle_values(driver) for _ in range(2)]
     assert [v.get("rollback_repeated") for v in again] == [None, 1.0] and engine.rollbacks == [20]
     assert any("not rolling the generator back to step 20 again" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="propel.driver"):  # the collapse lasts: counted, not said again
+        more = [_cycle_values(driver) for _ in range(2)]
+    assert more[-1].get("rollback_repeated") == 1.0
+    assert not any("not rolling" in r.getMessage() for r in caplog.records)
     engine.validity_override = None
     assert _cycle_values(driver)["validity"] > 0.8  # healthy again: a new target
     assert driver.state()[2].healthy_step not in (None, 20)
