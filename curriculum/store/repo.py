@@ -81,14 +81,7 @@ def add_tasks(sess: Session, run_id: int | None, tasks: Sequence[NewTask]) -> li
         for t in tasks
     ]
     insert_ignore(sess, TaskRow, rows, ["domain", "content_hash"])
-    ids: dict[tuple[str, str], int] = {}
-    for domain in {t.domain for t in tasks}:
-        hashes = [t.content_hash for t in tasks if t.domain == domain]
-        for chunk in _chunks(hashes, 500):
-            q = select(TaskRow.id, TaskRow.content_hash).where(
-                TaskRow.domain == domain, TaskRow.content_hash.in_(chunk)
-            )
-            ids.update({(domain, h): i for i, h in sess.execute(q)})
+    ids = _stored_ids(sess, {(t.domain, t.content_hash) for t in tasks})
     return [ids[(t.domain, t.content_hash)] for t in tasks]
 
 
@@ -96,12 +89,20 @@ def new_task_keys(sess: Session, tasks: Sequence[NewTask]) -> set[tuple[str, str
     """The distinct ``(domain, content_hash)`` keys of ``tasks`` that no stored task has (what ``add_tasks``
     would insert)."""
     keys = {(t.domain, t.content_hash) for t in tasks}
+    return keys - set(_stored_ids(sess, keys))
+
+
+def _stored_ids(sess: Session, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The task id of each ``(domain, content_hash)`` key that is stored, looked up 500 hashes at a time."""
+    ids: dict[tuple[str, str], int] = {}
     for domain in {d for d, _ in keys}:
         hashes = [h for d, h in keys if d == domain]
         for chunk in _chunks(hashes, 500):
-            q = select(TaskRow.content_hash).where(TaskRow.domain == domain, TaskRow.content_hash.in_(chunk))
-            keys -= {(domain, h) for h in sess.scalars(q)}
-    return keys
+            q = select(TaskRow.id, TaskRow.content_hash).where(
+                TaskRow.domain == domain, TaskRow.content_hash.in_(chunk)
+            )
+            ids.update({(domain, h): i for i, h in sess.execute(q)})
+    return ids
 
 
 def add_trials(sess: Session, trials: Sequence[NewTrial]) -> int:

@@ -223,8 +223,8 @@ class Driver(HealthWatch, AuxRetrain):
     def _store_sample(self, cycle: int, checks: Sequence[Validity], scored: Scored | None,
                       origin: dict[str, Any] | None = None) -> int:
         """Tasks, and their scores under the ensemble row of the scorer that produced them (lineage); returns how
-        many distinct valid tasks were new to the store. ``origin`` (rollouts): payload keys that replace the
-        policy's generator step and adapter hash."""
+        many distinct valid tasks were new to the store (the policy's sample only). ``origin`` (rollouts): payload
+        keys that replace the policy's generator step and adapter hash."""
         prov = {} if origin else self.engine.provenance()
         new = [repo.NewTask(domain=v.task.domain, content_hash=v.task.content_hash, text=v.task.text, valid=v.valid,
                             payload={**v.task.payload, **(origin or {})}, invalid_reason=v.reason,
@@ -233,7 +233,7 @@ class Driver(HealthWatch, AuxRetrain):
                for v in checks]
         valid_idx = [i for i, v in enumerate(checks) if v.valid]
         with self.store.session() as s:
-            novel = repo.new_task_keys(s, [new[i] for i in valid_idx])
+            novel = repo.new_task_keys(s, [new[i] for i in valid_idx]) if origin is None else set()
             ids = repo.add_tasks(s, self.run_id, new)
             if scored is not None:
                 ensemble_id = lineage.record_ensemble(s, self.run_id, scored.ensemble)

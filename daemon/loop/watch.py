@@ -89,7 +89,7 @@ class HealthWatch:
         state.high_topic_cycles = rollback.high_topic_streak(
             state.high_topic_cycles, top_share if valid_enough else None, rule)
         state.low_novelty_cycles = rollback.low_novelty_streak(
-            state.low_novelty_cycles, novel if valid_enough and rule.novelty > 0 else None, rule)
+            state.low_novelty_cycles, novel if valid_enough else None, rule)
         streak = max(state.low_validity_cycles, state.high_topic_cycles, state.low_novelty_cycles)
         wanted = rollback.target(streak, rule, state.healthy_step, step)
         if wanted is None:
