@@ -145,7 +145,8 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
 @click.option("--seed-start", type=click.IntRange(min=0), default=0, show_default=True,
               help="first seed (seeds seed-start … seed-start + seeds − 1): new seeds, not a re-run of 0…")
 @click.option("--arms", default="on,on_ref0.5", show_default=True,
-              help="comma-separated: on (the defaults), on_ref<S>, on_lead<L>, on_w<N>, on_replay<N> (module doc)")
+              help="comma-separated: on (the defaults), on_ref<S>, on_lead<L> (or on_leadauto), on_w<N>, "
+              "on_replay<N> (module doc)")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".propel/bench-follow"), show_default=True,
               help="where the tiny generator is cached (follow_trainer's) and the arms run")
 @click.option("--generator-steps", type=int, default=300, show_default=True, help="bootstrap steps of the generator")
@@ -173,10 +174,11 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
     scenario = Scenario(skill_per_useful_group=skill_per_useful_group)
     chosen = [a.strip() for a in arms.split(",") if a.strip()]
-    bad = [a for a in chosen if not re.fullmatch(r"on|off|on_ref[0-9.]+|on_lead[0-9]+|on_w[0-9]+|on_replay[0-9]+", a)]
+    arm_form = r"on|off|on_ref[0-9.]+|on_lead(?:[0-9]+|auto)|on_w[0-9]+|on_replay[0-9]+"
+    bad = [a for a in chosen if not re.fullmatch(arm_form, a)]
     if bad:
         raise click.UsageError(f"unknown arm(s) {', '.join(bad)}: "
-                               "use on, off, on_ref<S>, on_lead<L>, on_w<N> or on_replay<N>")
+                               "use on, off, on_ref<S>, on_lead<L>, on_leadauto, on_w<N> or on_replay<N>")
     table: dict[str, Any] = {}
     for arm in chosen:
         per_seed: list[list[dict[str, Any]]] = []

@@ -32,7 +32,8 @@ GOAL_IN_BAND, GOAL_RATIO = 0.25, 3.0
 def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, window: int | None = None) -> Run:
     """Arm ``on``, ``off``, ``on_w<N>`` (follow on, ``frontier.refresh_trainer_label_window = N``),
     ``on_ref<S>`` (follow on, ``daemon.reference_share = S``), ``on_lead<L>`` (follow on,
-    ``frontier.trainer_band_lead = L``) or ``on_replay<N>`` (follow on, ``emission.replay_max = N``)."""
+    ``frontier.trainer_band_lead = L``, ``on_leadauto``: ``"auto"``) or ``on_replay<N>`` (follow on,
+    ``emission.replay_max = N``)."""
     follow = arm != "off"
     if not arm.startswith("on_w"):
         window = None
@@ -41,7 +42,8 @@ def run_arm(arm: str, seed: int, sc: Scenario, generator: Path, work: Path, wind
     workdir = work / f"{arm}-s{seed}"
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh store: an old one would resume its run
     daemon_keys = f"reference_share = {arm.removeprefix('on_ref')}" if arm.startswith("on_ref") else ""
-    frontier_keys = f"trainer_band_lead = {arm.removeprefix('on_lead')}" if arm.startswith("on_lead") else ""
+    lead = arm.removeprefix("on_lead")
+    frontier_keys = f"trainer_band_lead = {lead if lead.isdigit() else repr(lead)}" if arm.startswith("on_lead") else ""
     emission_keys = f"replay_max = {arm.removeprefix('on_replay')}" if arm.startswith("on_replay") else ""
     with default_daemon(workdir, generator, seed, follow, sc.min_probability, window, daemon_keys,
                         frontier_keys, emission_keys) as server:

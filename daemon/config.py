@@ -311,13 +311,20 @@ class FrontierConfig(_Section):
                                               "(solver.follow): a primary refresh trains and judges on the most "
                                               "recent N of its labels only (0: every usable label; 256 measured no "
                                               "different from 0, benchmarks/results/follow_trainer_label_window)")
-    trainer_band_lead: int = Field(default=0, ge=0, description="following a trainer (solver.follow): a primary "
-                                   "refresh counts its labels in band when the solve count lies this many solves "
-                                   "below spotcheck.band_lo-band_hi (each end floored at 0): a solver that learns "
-                                   "while tasks wait is aimed ahead of, not at (0: the band itself; at most "
-                                   "spotcheck.band_hi). Opt-in: 1 measured +0.16 in band for a fast synthetic "
-                                   "learner, but a weak LM trainer that solves most tasks 0 of 8 was starved "
-                                   "(docs/FRONTIER.md, 'Aiming ahead')")
+    trainer_band_lead: int | Literal["auto"] = Field(
+        default=0, description="following a trainer (solver.follow): a primary refresh counts its labels in band "
+        "when the solve count lies this many solves below spotcheck.band_lo-band_hi (each end floored at 0): a "
+        "solver that learns while tasks wait is aimed ahead of, not at (0: the band itself; at most "
+        "spotcheck.band_hi). \"auto\": 1 while more of the trainer's newest acks lie above the band than below "
+        "it, else 0. Opt-in: 1 measured +0.16 in band for a fast synthetic learner, but a weak LM trainer that "
+        "solves most tasks 0 of 8 was starved (docs/FRONTIER.md, 'Aiming ahead')")
+
+    @field_validator("trainer_band_lead", mode="before")
+    @classmethod
+    def _lead(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return value
+        raise ValueError(f"must be a number of solves (0, 1, …) or \"auto\", got {value!r}")
 
 
 class RLConfig(_Section):
@@ -649,7 +656,8 @@ class PropelConfig(_Section):
             )
         if self.solver.backend in ("synthetic-swe", "swe-agent") and self.domain.name != "swe":
             raise ValueError(f"solver.backend = '{self.solver.backend}' only works with domain.name = 'swe'")
-        if self.frontier.trainer_band_lead > self.spotcheck.band_hi:
+        lead = self.frontier.trainer_band_lead
+        if isinstance(lead, int) and lead > self.spotcheck.band_hi:
             raise ValueError(f"frontier.trainer_band_lead ({self.frontier.trainer_band_lead}) must not exceed "
                              f"spotcheck.band_hi ({self.spotcheck.band_hi}): a lead of band_hi already lowers the "
                              "band to 0-0 solves")

@@ -23,7 +23,9 @@ from curriculum.frontier.staleness import LabelRecord, StalenessPolicy, Weighted
 from curriculum.labelling.spotcheck import LabelValue
 from curriculum.store import repo, solver_versions
 from curriculum.store.models import Label, QueueItem, TaskRow
-from probes.band import Band
+from probes.band import Band, Side
+
+AUTO_LEAD = "auto"  # frontier.trainer_band_lead: aim one solve ahead only while the trainer's acks say it is ahead
 
 
 def trainer_label(solved: int, n: int, errors: int, band: Band) -> LabelValue:
@@ -89,6 +91,37 @@ def labels_written(sess: Session, solver_name: str, run_id: int) -> int:
     q = (select(func.count()).select_from(Label).join(TaskRow, TaskRow.id == Label.task_id)
          .where(Label.solver_name == solver_name, Label.run_id == run_id, TaskRow.valid))
     return int(sess.scalar(q) or 0)
+
+
+@dataclass(frozen=True)
+class AckSides:
+    """Where a followed trainer's newest acks fell against the band (acks with too few valid attempts left out)."""
+
+    too_easy: int
+    in_band: int
+    too_hard: int
+
+    @property
+    def lead(self) -> int:
+        """``frontier.trainer_band_lead = "auto"``: one solve ahead while more of the newest acks lie above the band
+        than below it (the served mix is behind the trainer), else the band itself. A trainer that fails most
+        served tasks (a weak LM: 0 of 8) is never aimed ahead: a lead would count its failures as in band."""
+        return 1 if self.too_easy > self.too_hard else 0
+
+    def __str__(self) -> str:
+        n = self.too_easy + self.in_band + self.too_hard
+        return f"{self.too_easy} of the newest {n} acks above the band, {self.too_hard} below"
+
+
+def newest_ack_sides(sess: Session, solver_name: str, *, run_id: int, newest: int, band: Band) -> AckSides:
+    """The sides of run ``run_id``'s ``newest`` trainer labels (``source = consumer``) of ``solver_name`` on valid
+    tasks, read from each label's own counts, every version."""
+    rows = sess.execute(select(Label.solved, Label.valid_trials).join(TaskRow, TaskRow.id == Label.task_id)
+                        .where(Label.solver_name == solver_name, Label.run_id == run_id, Label.source == "consumer",
+                               TaskRow.valid)
+                        .order_by(Label.id.desc()).limit(newest)).all()
+    sides = [band.side(int(r.solved), int(r.valid_trials)) for r in rows]
+    return AckSides(sides.count(Side.TOO_EASY), sides.count(Side.IN_BAND), sides.count(Side.TOO_HARD))
 
 
 def usable_labels(sess: Session, solver_name: str, policy: StalenessPolicy, *, run_id: int,

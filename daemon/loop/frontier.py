@@ -49,8 +49,9 @@ class FrontierSettings:
     refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
     refresh_trainer_label_window: int = 0  # following a trainer's solver: its newest labels a refresh uses (0: all)
     refresh_recent_labels: int = 0  # in effect: a refresh uses only the newest N usable labels (0: all)
-    trainer_band_lead: int = 0  # following a trainer's solver: its refreshes aim this many solves below the band
-    band_lead: int = 0  # in effect: a refresh's band, lowered by this many solves (Band.lowered)
+    trainer_band_lead: int | str = 0  # following a trainer's solver: its refreshes aim this many solves below the
+    #                                   band, or "auto" (frontier_labels.AUTO_LEAD: 1 while its acks lie above it)
+    band_lead: int | str = 0  # in effect: a refresh's band, lowered by this many solves (Band.lowered), or "auto"
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32
 
@@ -220,17 +221,19 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
     state.refresh_retry = None
     # the challenger is an ensemble of as many members as the champion's (probes.members), combined alike
     base = driver._retrain_spec(cycle, False)
-    band = base.band.lowered(driver.frontier.s.band_lead)  # a followed trainer's lead (0: the band itself)
+    lead, because = refresh_lead(driver)
+    band = base.band.lowered(lead)  # a followed trainer's lead (0: the band itself)
     spec = replace(base, name=f"{driver.s.run_name}-primary-r{cycle}", role="primary",
-                   band_lo=band.lo, band_hi=band.hi, band_lead=driver.frontier.s.band_lead,
+                   band_lo=band.lo, band_hi=band.hi, band_lead=lead,
                    champion=champions[0].artifact_uri if champions else "",
                    champion_members=[p.artifact_uri for p in champions], members=max(1, len(champions)),
                    combine=combine,
                    holdout_share=driver.s.frontier.refresh_holdout_share,
                    refresh_min_labels=driver.s.frontier.refresh_min_labels,
                    recent_labels=driver.frontier.s.refresh_recent_labels)
-    lowered = f" (aimed {band.lo}-{band.hi} solves: frontier.trainer_band_lead)" if band != base.band else ""
-    log.info("primary-probe refresh %s: %s%s", spec.name, why, lowered)
+    aimed = f" (aimed {band.lo}-{band.hi} solves: frontier.trainer_band_lead{because})" if band != base.band else ""
+    kept = f" (the band itself: frontier.trainer_band_lead{because})" if because and band == base.band else ""
+    log.info("primary-probe refresh %s: %s%s%s", spec.name, why, aimed, kept)
     retrain.create_job(driver.store, spec)
     state.refresh_job = spec.name
     state.refresh_undispatched = True
@@ -240,7 +243,20 @@ def start_refresh(driver: Driver, cycle: int, state: DriverState) -> dict[str, f
         state.refresh_undispatched = False
     except DispatchError as err:
         log.warning("%s", err)
-    return {"refresh_started": 1.0} | collect_refresh(driver, state)
+    return {"refresh_started": 1.0, "refresh_band_lead": float(lead)} | collect_refresh(driver, state)
+
+
+def refresh_lead(driver: Driver) -> tuple[int, str]:
+    """The solves a refresh aims below the band, and why when ``"auto"`` chose it (else ``""``): for
+    ``"auto"``, from the followed trainer's newest ``refresh_every_labels`` acks (at least 32)."""
+    lead = driver.frontier.s.band_lead
+    if lead != frontier_labels.AUTO_LEAD:
+        return int(lead), ""
+    with driver.store.session() as s:
+        sides = frontier_labels.newest_ack_sides(s, driver.frontier.name, run_id=driver.run_id,
+                                                 newest=max(32, driver.frontier.s.refresh_every_labels),
+                                                 band=driver.frontier.band)
+    return sides.lead, f" = auto: {sides}"
 
 
 def collect_refresh(driver: Driver, state: DriverState) -> dict[str, float]:

@@ -236,3 +236,28 @@ def test_a_trainers_in_band_task_is_replayed_while_it_stays_in_band(store: Store
     assert seen == [(keep, 1), (drop, 1), (keep, 2)]  # the limit: no third replay of `keep`
     assert [tuple(r) for r in labels] == [("step-0", 0, False)]  # one label of step-0: the newest outcome
     assert late == [] and sum(replayed) == 3  # step-0's verdict is not replayed to step-1
+
+
+def test_an_auto_lead_aims_ahead_only_while_the_trainers_acks_lie_above_the_band(
+        store: Store, tmp_path: Path, serve: str, caplog: pytest.LogCaptureFixture) -> None:
+    """``frontier.trainer_band_lead = "auto"``: a trainer that fails every served task (a weak LM: 0 of 8) is
+    aimed at the band itself (a lead would count its failures as in band); once its newest acks lie above the
+    band (8 of 8), the next refresh aims one solve ahead. Each refresh's job and log line say which and why."""
+    frontier = FrontierSettings(refresh_every_trainer_labels=40, trainer_band_lead="auto")
+    driver, _ = make_driver(store, tmp_path, follow="first_trainer", explore_share=0.0, frontier=frontier)
+    caplog.set_level("INFO", logger="propel.frontier")
+    with PropelClient(serve, token=None) as client:
+        client.announce(TRAINER, "step-0")
+        for solved in (0, 0, 0, 8, 8, 8):
+            leased = _next_cycle(client, driver)
+            acks = [Ack(t, solved=solved, n=8, solver=TRAINER, version="step-0") for t in leased]
+            assert acks and set(client.ack_many(acks).values()) == {"acked"}
+        tick_to(driver, "rl", driver.state()[1] + 2)  # the last acks mined; their refresh started
+    with store.session() as s:
+        jobs = s.scalars(select(RetrainJob.spec).order_by(RetrainJob.id)).all()
+    aimed = [(j["band_lo"], j["band_hi"], j["band_lead"]) for j in jobs if j.get("role") == "primary"]
+    assert aimed[0] == (1, 3, 0) and aimed[-1] == (0, 2, 1), aimed  # the band itself, then one solve ahead
+    assert set(aimed) == {(1, 3, 0), (0, 2, 1)}
+    said = [r.getMessage() for r in caplog.records if "primary-probe refresh" in r.getMessage()]
+    assert "(the band itself: frontier.trainer_band_lead = auto: 0 of the newest" in said[0]
+    assert "(aimed 0-2 solves: frontier.trainer_band_lead = auto: " in said[-1]

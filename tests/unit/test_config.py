@@ -72,6 +72,8 @@ def test_frozen() -> None:
     ('[generator.agent]\nper_cycle = 1\nbase_url = "http://x"\nmodel = "m"\n', "(top level)",
      "generator.agent (agent-written bugs) only works with domain.name = 'swe'"),
     ('[frontier]\ntrainer_band_lead = 4\n', "(top level)", "must not exceed spotcheck.band_hi (3)"),
+    ('[frontier]\ntrainer_band_lead = "ahead"\n', "frontier.trainer_band_lead", 'or "auto", got'),
+    ('[frontier]\ntrainer_band_lead = -1\n', "frontier.trainer_band_lead", "number of solves"),
 ])
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -150,6 +152,7 @@ def test_swe_domain_fills_its_cpu_defaults_and_keeps_what_the_file_sets() -> Non
     sc = cfg.spotcheck
     assert (sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials) == (3, 1, 2, 2)
     assert cfg.frontier.trainer_band_lead == 0  # opt-in everywhere (docs/FRONTIER.md, 'Aiming ahead')
+    assert config_from_mapping({"frontier": {"trainer_band_lead": "auto"}}, env={}).frontier.trainer_band_lead == "auto"
     assert cfg.spotcheck.budget_per_cycle == 3 and cfg.domain.options == {"cache_dir": "/c", "prompt_style": "tiny"}
     default = config_from_mapping({"data_dir": "/d"}, env={})
     moved = with_domain(default, "swe")  # `propel run --domain swe` on a config that names no domain

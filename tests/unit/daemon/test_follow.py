@@ -3,6 +3,9 @@ trainer's solver refreshes its primary probe on its own label count."""
 
 from __future__ import annotations
 
+import pytest
+
+from curriculum.frontier.frontier_labels import AckSides
 from daemon.loop.follow import below_bar_plan, explore_picks, frontier_settings, mark
 from daemon.loop.frontier import FrontierSettings
 from daemon.loop.phases import Candidate
@@ -66,3 +69,19 @@ def test_a_trainer_refresh_aims_below_the_band_by_its_lead() -> None:
     assert frontier_settings(base, trainer=True).band_lead == 1
     assert frontier_settings(base, trainer=False).band_lead == 0  # a spot-checked solver: the band itself
     assert frontier_settings(FrontierSettings(), trainer=True).band_lead == 0  # the default: the band itself
+    assert frontier_settings(FrontierSettings(trainer_band_lead="auto"), trainer=True).band_lead == "auto"
+    assert frontier_settings(FrontierSettings(trainer_band_lead="auto"), trainer=False).band_lead == 0
+
+
+@pytest.mark.parametrize(("easy", "in_band", "hard", "lead"), [
+    (0, 0, 0, 0),  # no acks yet: the band itself
+    (5, 10, 5, 0),  # as many above as below: the band itself
+    (6, 10, 5, 1),  # more above than below: the served mix is behind the trainer
+    (30, 2, 0, 1),
+    (0, 2, 30, 0),  # a weak trainer failing most tasks: never aimed ahead (its failures would count in band)
+])
+def test_an_auto_lead_aims_ahead_only_while_more_acks_lie_above_the_band(easy: int, in_band: int, hard: int,
+                                                                          lead: int) -> None:
+    sides = AckSides(easy, in_band, hard)
+    assert sides.lead == lead
+    assert str(sides) == f"{easy} of the newest {easy + in_band + hard} acks above the band, {hard} below"
