@@ -377,8 +377,8 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--min-probability", type=click.FloatRange(0, 1), default=None,
               help="daemon arms: emission.min_probability (default: the product's, "
                    f"{EmissionConfig().min_probability}; the results before 2026-11-29 ran at 0.2)")
-@click.option("--follow-lead", type=click.IntRange(min=0), default=None,
-              help="trainer_labels arm: frontier.trainer_band_lead (default: the product's)")
+@click.option("--follow-lead", type=click.Choice(["0", "1", "2", "3", "auto"]), default=None,
+              help="trainer_labels arm: frontier.trainer_band_lead, solves or auto (default: the product's)")
 @click.option("--follow-replay", type=click.IntRange(min=0), default=None,
               help="trainer_labels arm: emission.replay_max, frontier replay (default: the product's; 0: off)")
 @click.option("--daemon-set", multiple=True, metavar="SECTION.KEY=VALUE",
@@ -415,7 +415,7 @@ def run(plan: dict[str, tuple[LoopSettings, range]], arms: tuple[str, ...], gene
 @click.option("--name", default="closed_loop", show_default=True, help="result file name")
 def main(quick: bool, powered: bool, seeds: int | None, seed_start: int, merge_from: tuple[Path, ...],
          rounds: int | None, steps_per_round: int | None, cycles_per_round: int | None, arms: str | None,
-         sample_size_max: int | None, rollouts: bool, min_probability: float | None, follow_lead: int | None,
+         sample_size_max: int | None, rollouts: bool, min_probability: float | None, follow_lead: str | None,
          follow_replay: int | None, daemon_set: tuple[str, ...], device: str,
          daemon_device: str, generator_steps: int, data_dir: Path,
          rows: str | None,

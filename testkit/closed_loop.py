@@ -92,7 +92,7 @@ class LoopSettings:
     lease_timeout_s: float = 900.0  # a trainer step waits this long for a batch, then the arm fails
     max_ops: int = 6  # the arith domain's operator limit (daemon validity, imported tasks)
     daemon_extra: str = ""  # extra daemon config TOML (appended)
-    follow_lead: int | None = None  # trainer_labels arm: frontier.trainer_band_lead (None: the product's default)
+    follow_lead: str | None = None  # trainer_labels arm: frontier.trainer_band_lead, "1" or "auto" (None: the default)
     follow_replay: int | None = None  # trainer_labels arm: emission.replay_max (None: the product's default)
     filter_pool: int = 0  # filter arm: static pool size (0: 16 × the tasks the trainer trains on)
     sample_size_max: int | None = None  # daemon arms: daemon.sample_size_max (None: the product's default)
@@ -326,7 +326,9 @@ def daemon_extra(arm: str, settings: LoopSettings, solver_toml: str) -> str:
         name, frontier = FROZEN_NAME, "drift_budget_share = 0.0\n"
     domain = f"[domain]\noptions = {{ max_ops = {settings.max_ops} }}\n" if settings.max_ops != 6 else ""
     if arm == FOLLOW_ARM:  # no solver.name, no skill file: the trainer's solver is known only from its acks
-        lead = "" if settings.follow_lead is None else f"[frontier]\ntrainer_band_lead = {settings.follow_lead}\n"
+        lead = settings.follow_lead  # "1" is a number of solves in TOML, "auto" a string
+        value = lead if lead is None or lead.isdigit() else json.dumps(lead)
+        lead = "" if lead is None else f"[frontier]\ntrainer_band_lead = {value}\n"
         return f'[solver]\nfollow = "first_trainer"\n{domain}{lead}{settings.daemon_extra}'
     return f'[solver]\nname = "{name}"\n{solver_toml}[frontier]\n{frontier}{domain}{settings.daemon_extra}'
 

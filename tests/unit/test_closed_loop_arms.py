@@ -13,9 +13,9 @@ from testkit.servers import free_port
 SKILL = 'synthetic_skill_file = "/tmp/skills.json"\n'
 
 
-def config(tmp_path: Path, arm: str) -> PropelConfig:
+def config(tmp_path: Path, arm: str, settings: LoopSettings | None = None) -> PropelConfig:
     path = write_config(tmp_path / f"{arm}.toml", tmp_path / "gen", tmp_path / "data", "sqlite://", f"cl-{arm}",
-                        daemon_extra(arm, LoopSettings(), SKILL))
+                        daemon_extra(arm, settings or LoopSettings(), SKILL))
     return load_config(path)
 
 
@@ -24,6 +24,13 @@ def test_trainer_labels_daemon_knows_the_trainer_only_through_its_acks(tmp_path:
     assert cfg.solver.follow == "first_trainer" and cfg.solver.name != SOLVER_NAME
     assert cfg.solver.synthetic_skill_file in (None, "")  # no oracle of the trainer's skill
     assert cfg.frontier.refresh_every_labels == 0  # the product's defaults, nothing tuned for the arm
+    assert cfg.frontier.trainer_band_lead == 0
+
+
+def test_trainer_labels_daemon_takes_a_lead_in_solves_or_auto(tmp_path: Path) -> None:
+    """``--follow-lead 1`` and ``--follow-lead auto`` reach the daemon's config as a number and as the string."""
+    assert config(tmp_path, FOLLOW_ARM, LoopSettings(follow_lead="1")).frontier.trainer_band_lead == 1
+    assert config(tmp_path, FOLLOW_ARM, LoopSettings(follow_lead="auto")).frontier.trainer_band_lead == "auto"
 
 
 def test_continuous_daemon_spot_checks_under_the_trainers_name_with_its_skill_file(tmp_path: Path) -> None:
