@@ -124,6 +124,19 @@ def served_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def paired(table: dict[str, Any]) -> dict[str, Any]:
+    """Each arm after the first minus the first, paired by seed: served in band per window, mean and 95 % t
+    interval over seeds (the arms ran the same seeds)."""
+    from testkit.closed_loop_stats import mean_ci
+
+    names = list(table)
+    base = table[names[0]]["served_per_seed"]
+    return {f"{arm} - {names[0]}": {key: mean_ci([b[key]["in_band"] - a[key]["in_band"] for a, b in
+                                                  zip(base, table[arm]["served_per_seed"], strict=True)])
+                                    for key in (k for k in base[0] if k.startswith("steps"))}
+            for arm in names[1:]}
+
+
 def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Per window of the trainer's steps: the mean over seeds of each seed's mean over its blocks there (the arms
     run different numbers of daemon cycles per step, so windows of steps, not of cycles, compare them)."""
@@ -166,6 +179,8 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
         for arm in data["arms"].values():
             arm["by_steps"] = by_steps(arm["per_seed"])
             click.echo(arm["by_steps"])
+        data["paired"] = paired(data["arms"])
+        click.echo(f"paired: {data['paired']}")
         path.write_text(json.dumps(data, indent=2) + "\n")
         plot(data["arms"], path.with_suffix(".png"))
         return
@@ -195,7 +210,8 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
         table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks,
                       "served_per_seed": got, "served": served_summary(got)}
         click.echo(f"{arm}: {table[arm]['by_steps']}\n{arm} served: {table[arm]['served']}")
-    write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table,
+    click.echo(f"paired: {paired(table)}")
+    write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table, "paired": paired(table),
                         "seeds": list(range(seed_start, seed_start + seeds)),
                         "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
