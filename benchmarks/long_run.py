@@ -8,6 +8,11 @@ in-process spot-checks with the synthetic solver), driven as ``propel run --no-a
 * ``rising`` — a new solver version every ``--rise-every`` cycles, ``--rise-step`` more skill each,
   announced through the product's announce path.
 
+After each cycle a consumer leases every ready task for good and never acks it (``--no-consumer``: none), as a
+trainer's pull would: without one the queue fills to ``emission.high_water_mark`` and emission stops there
+(run 11 at cycle 184). It acks nothing: an ack is a trainer's label, and the embedded default follows the
+first trainer that acks.
+
 Per block of ``--block`` cycles: the exact in-band probability of the emitted tasks and of every valid
 sampled task under the solver version current at the time, validity, Self-BLEU-3, Distinct-3, top-topic
 share, alerts and mitigations, degraded reasons, solver trials, spot-checks per cycle, emitted count,
@@ -219,13 +224,15 @@ def check_overrides(overrides: tuple[str, ...], hint: str = "--set") -> None:
         raise click.BadParameter(str(err), param_hint=hint) from None
 
 
-def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None) -> list[Scenario]:
+def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_minutes: float | None,
+              consume: bool = True) -> list[Scenario]:
     limit = None if max_minutes is None else 60.0 * max_minutes
     out = []
     if which in ("frozen", "both"):
-        out.append(Scenario("frozen", cycles, max_seconds=limit))
+        out.append(Scenario("frozen", cycles, max_seconds=limit, consume=consume))
     if which in ("rising", "both"):
-        out.append(Scenario("rising", cycles, rise_every=rise_every, rise_step=rise_step, max_seconds=limit))
+        out.append(Scenario("rising", cycles, rise_every=rise_every, rise_step=rise_step, max_seconds=limit,
+                            consume=consume))
     return out
 
 
@@ -251,12 +258,17 @@ def scenarios(which: str, cycles: int, rise_every: int, rise_step: float, max_mi
               help="run every scenario once per arm, side by side in one JSON (scenario key 'frozen[NAME]'), each "
                    "with its own settings on top of --set, e.g. --arm defaults --arm "
                    "'paced2k:spotcheck.budget_per_hour=2048;emission.top_share=0.25' --arm 'defaults-s1:seed=1'")
+@click.option("--consumer/--no-consumer", "consume", default=True, show_default=True,
+              help="after each cycle lease every ready task for good, never acked (a trainer's pull without its "
+                   "outcomes); without it the queue fills to emission.high_water_mark and emission stops there "
+                   "(by backpressure, said every cycle), so emitted quality is measured only until then")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="change one setting of the embedded defaults (repeatable; VALUE read as JSON, else a string), "
                    "e.g. --set rl.topic_share_weight=0, or --set seed=1 (a top-level setting); recorded in the JSON")
 def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_step: float,
          max_minutes: float | None, quick: bool, data_dir: Path, work_dir: Path | None, name: str,
-         plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None, arms: tuple[str, ...]) -> None:
+         plot_only: bool, overrides: tuple[str, ...], bootstrap_steps: int | None, arms: tuple[str, ...],
+         consume: bool) -> None:
     """The daemon on its defaults for N cycles: emitted in-band, diversity, spending and RSS per block."""
     result = RESULTS / f"{name}.json"
     if plot_only:
@@ -276,9 +288,10 @@ def main(cycles: int, scenario: str, block: int, rise_every: int | None, rise_st
     for _, extra in plan_arms:
         check_overrides(overrides + extra, "--arm")  # before the bootstrap: a typo fails at once
     plan = [(replace(sc, name=f"{sc.name}[{arm}]") if arm else sc, overrides + extra) for arm, extra in plan_arms
-            for sc in scenarios(scenario, cycles, rise_every, rise_step, max_minutes)]
+            for sc in scenarios(scenario, cycles, rise_every, rise_step, max_minutes, consume)]
     rec = Recorder(name, block, {"cycles": cycles, "block": block, "rise_every": rise_every, "rise_step": rise_step,
                                  "max_minutes": max_minutes, "quick": quick, "bootstrap_steps": steps,
+                                 "consumer": consume,
                                  "torch_threads": torch.get_num_threads(), "overrides": list(overrides),
                                  "arms": {arm: list(extra) for arm, extra in plan_arms if arm}})
     generator = cached_generator(data_dir, steps, click.echo)

@@ -29,7 +29,7 @@ from typing import Any
 import click
 from sqlalchemy import select
 
-from curriculum.store import lineage, solver_versions
+from curriculum.store import lineage, queue, solver_versions
 from curriculum.store.db import Store
 from curriculum.store.models import AlertRow, MetricPoint, QueueItem, TaskRow
 from daemon.config import PropelConfig, load_config
@@ -47,6 +47,7 @@ HEALTH_METRICS = ("verified_utility", "verified_labels", "probes_suspect", "topi
                   "rollback_repeated", "emission_stalled", "emit_idle_cycles", "pause_emission", "spotcheck_tokens",
                   "solver_budget_left")
 BASE_SAMPLE = 512  # completions of the untrained generator, measured once at start
+CONSUMED_FOR_S = 365 * 86_400.0  # the consumer's lease: longer than any run, so a consumed task never comes back
 BASE_SEED = 987_654_321  # its sampling seed (the sampler forks the RNG: the daemon's own stream is untouched)
 
 
@@ -57,6 +58,7 @@ class Scenario:
     rise_every: int = 0  # rising: a new version every this many cycles (0: frozen)
     rise_step: float = 1.0  # skill added per version
     max_seconds: float | None = None  # stop the daemon (as SIGTERM would) after this much wall time
+    consume: bool = True  # after each cycle a consumer leases every ready task for good (see Observer.consume)
 
     def versions(self, base_skill: float) -> dict[str, float]:
         """The announced versions and their skills (none when frozen)."""
@@ -166,6 +168,7 @@ class CycleRecord:
     valid_scores: list[float | None] = field(default_factory=list)  # the probes' latest probability per valid task
     reference_in_band: list[float] = field(default_factory=list)  # valid candidates of the untrained generator
     emitted_reference: int = 0  # emitted tasks that came from the untrained generator (daemon.reference_share)
+    consumed: int = 0  # ready tasks the run's consumer leased after this cycle (Scenario.consume)
 
 
 @dataclass
@@ -192,6 +195,8 @@ class Observer(Progress):
         if report.phase != "emit":
             return
         record, nxt = self.record(report.cycle), report.cycle + 1  # scored under the version it ran against
+        if self.scenario.consume:
+            record.consumed = self.consume()
         if self.scenario.rise_every and nxt % self.scenario.rise_every == 0 and nxt < self.scenario.cycles:
             self.announce(f"v{nxt // self.scenario.rise_every}", nxt)
         self.on_cycle(record, list(self.announced))
@@ -218,6 +223,16 @@ class Observer(Progress):
         self.announced.append({"version": version, "before_cycle": cycle, "skill": self.in_band.solver.offset,
                                "untrained_in_band": sum(base) / len(base) if base else None})
         self.say(f"long run: announced solver version {version} before cycle {cycle}")
+
+    def consume(self) -> int:
+        """A trainer's pull without its outcomes: lease every ready task for good and never ack (an ack would be a
+        trainer's label, and the embedded default follows the first trainer). Without it nothing leases here, and
+        the queue fills to ``emission.high_water_mark`` (10,000): emission stops by backpressure (run 11, cycle
+        184). Leased between two phases of the daemon's own loop, as a trainer's lease interleaves with it."""
+        assert self.driver is not None, "the consumer leases once the driver is built"
+        with self.store.session() as s:
+            return len(queue.lease(s, 1_000_000, CONSUMED_FOR_S, "long-run-consumer", 1_000_000,
+                                   run_id=self.driver.run_id))
 
     def record(self, cycle: int) -> CycleRecord:
         assert self.driver is not None, "the observer records once the driver is built"

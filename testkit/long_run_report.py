@@ -111,6 +111,7 @@ def block(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "reference_in_band": _mean([p for r in records for p in r.reference_in_band]),
         "emitted_reference_share": (sum(r.emitted_reference for r in records) / len(emitted)) if emitted else None,
         "queue_full_cycles": sum(1 for r in records if _queue_full(r)),
+        "consumed": sum(r.consumed for r in records),  # leased by the run's consumer (Scenario.consume)
         "predicted_utility": _mean([r.metrics[PRED] for r in records if PRED in r.metrics]),
         "rss_mib": records[-1].rss_mib, "wall_s": records[-1].wall_s,
         "health": {m: [min(v), _mean(v), max(v)] for m in HEALTH_METRICS

@@ -31,6 +31,7 @@ def test_quick_long_run_drives_both_scenarios_and_writes_blocks(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "long_run_quick.json").read_text())
     assert data["commit"] and data["settings"]["quick"] and "real wall clock" in data["time"]
+    assert data["settings"]["consumer"] is True  # the default: a consumer keeps the queue under its high-water mark
     assert set(data["scenarios"]) == {"frozen", "rising"}
     for name, sc in data["scenarios"].items():
         assert sc["status"] == "done" and sc["cycles_done"] == 4 and sc["exit_code"] == 0, name
@@ -41,6 +42,7 @@ def test_quick_long_run_drives_both_scenarios_and_writes_blocks(tmp_path: Path) 
         for b in sc["blocks"]:
             assert b["valid_sampled"] > 0 and 0.0 <= b["valid_in_band"] <= 1.0
             assert b["emitted"] == sum(b["emitted_per_cycle"])
+            assert b["consumed"] == b["emitted"]  # the run's consumer leased every emitted task: none waits
             assert b["emitted_in_band"] is None or 0.0 <= b["emitted_in_band"] <= 1.0
             assert len(b["spotchecks_per_cycle"]) == 2 and b["rss_mib"] > 0
             # the probes' ranking of each cycle's valid tasks, from the scores the emit phase used
