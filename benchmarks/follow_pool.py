@@ -167,9 +167,12 @@ def by_steps(per_seed: list[list[dict[str, Any]]]) -> dict[str, Any]:
               help="result name: benchmarks/results/NAME.{json,png} (and the run directory)")
 @click.option("--skill-per-useful-group", type=float, default=Scenario.skill_per_useful_group, show_default=True,
               help="how fast the trainer learns (0: a trainer whose solver does not move)")
+@click.option("--start-skill", type=float, default=Scenario.start_skill, show_default=True,
+              help="the trainer's skill at step 0 (the daemon's own synthetic solver: 6.0; above it, the trainer "
+                   "is stronger than what the daemon first serves, like #36's strong pretrained LMs)")
 @click.option("--resummarize", is_flag=True, help="recompute the step windows and the PNG of the stored JSON (no run)")
 def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps: int, name: str,
-         skill_per_useful_group: float, resummarize: bool) -> None:
+         skill_per_useful_group: float, start_skill: float, resummarize: bool) -> None:
     """Score the daemon's candidate pool and its gate, block by block, for a followed fast learner."""
     from curriculum.rl.bootstrap import bootstrap
 
@@ -187,7 +190,7 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
 
     data_dir = data_dir.absolute()
     generator = bootstrap("arith", data_dir=data_dir / "models", steps=generator_steps, show_progress=False).path
-    scenario = Scenario(skill_per_useful_group=skill_per_useful_group)
+    scenario = Scenario(skill_per_useful_group=skill_per_useful_group, start_skill=start_skill)
     chosen = [a.strip() for a in arms.split(",") if a.strip()]
     arm_form = r"on|off|on_ref[0-9.]+|on_lead(?:[0-9]+|auto)|on_w[0-9]+|on_replay[0-9]+"
     bad = [a for a in chosen if not re.fullmatch(arm_form, a)]
