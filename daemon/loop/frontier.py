@@ -49,8 +49,8 @@ class FrontierSettings:
     refresh_every_trainer_labels: int = 128  # following a trainer's solver (daemon.loop.follow)
     refresh_trainer_label_window: int = 0  # following a trainer's solver: its newest labels a refresh uses (0: all)
     refresh_recent_labels: int = 0  # in effect: a refresh uses only the newest N usable labels (0: all)
-    trainer_band_lead: int | str = 0  # following a trainer's solver: its refreshes aim this many solves below the
-    #                                   band, or "auto" (frontier_labels.AUTO_LEAD: 1 while its acks lie above it)
+    trainer_band_lead: int | str = frontier_labels.AUTO_LEAD  # following a trainer's solver: its refreshes aim this
+    #   many solves below the band, or "auto" (the default: 1 while more of its newest acks lie above it than below)
     band_lead: int | str = 0  # in effect: a refresh's band, lowered by this many solves (Band.lowered), or "auto"
     refresh_holdout_share: float = 0.25
     refresh_min_labels: int = 32

@@ -24,7 +24,7 @@ def test_trainer_labels_daemon_knows_the_trainer_only_through_its_acks(tmp_path:
     assert cfg.solver.follow == "first_trainer" and cfg.solver.name != SOLVER_NAME
     assert cfg.solver.synthetic_skill_file in (None, "")  # no oracle of the trainer's skill
     assert cfg.frontier.refresh_every_labels == 0  # the product's defaults, nothing tuned for the arm
-    assert cfg.frontier.trainer_band_lead == 0
+    assert cfg.frontier.trainer_band_lead == "auto"
 
 
 def test_trainer_labels_daemon_takes_a_lead_in_solves_or_auto(tmp_path: Path) -> None:

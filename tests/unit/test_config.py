@@ -151,8 +151,9 @@ def test_swe_domain_fills_its_cpu_defaults_and_keeps_what_the_file_sets() -> Non
     assert (cfg.generator.model, cfg.solver.backend) == ("bootstrap:swe", "synthetic-swe")
     sc = cfg.spotcheck
     assert (sc.k, sc.band_lo, sc.band_hi, sc.min_valid_trials) == (3, 1, 2, 2)
-    assert cfg.frontier.trainer_band_lead == 0  # opt-in everywhere (docs/FRONTIER.md, 'Aiming ahead')
-    assert config_from_mapping({"frontier": {"trainer_band_lead": "auto"}}, env={}).frontier.trainer_band_lead == "auto"
+    assert cfg.frontier.trainer_band_lead == 0  # no lead measured on SWE (docs/FRONTIER.md, 'Aiming ahead')
+    assert config_from_mapping({}, env={}).frontier.trainer_band_lead == "auto"  # the default elsewhere
+    assert config_from_mapping({"frontier": {"trainer_band_lead": 1}}, env={}).frontier.trainer_band_lead == 1
     assert cfg.spotcheck.budget_per_cycle == 3 and cfg.domain.options == {"cache_dir": "/c", "prompt_style": "tiny"}
     default = config_from_mapping({"data_dir": "/d"}, env={})
     moved = with_domain(default, "swe")  # `propel run --domain swe` on a config that names no domain

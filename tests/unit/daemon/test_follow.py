@@ -68,7 +68,7 @@ def test_a_trainer_refresh_aims_below_the_band_by_its_lead() -> None:
     base = FrontierSettings(trainer_band_lead=1)
     assert frontier_settings(base, trainer=True).band_lead == 1
     assert frontier_settings(base, trainer=False).band_lead == 0  # a spot-checked solver: the band itself
-    assert frontier_settings(FrontierSettings(), trainer=True).band_lead == 0  # the default: the band itself
+    assert frontier_settings(FrontierSettings(), trainer=True).band_lead == "auto"  # the default
     assert frontier_settings(FrontierSettings(trainer_band_lead="auto"), trainer=True).band_lead == "auto"
     assert frontier_settings(FrontierSettings(trainer_band_lead="auto"), trainer=False).band_lead == 0
 
