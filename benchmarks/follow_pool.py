@@ -213,8 +213,9 @@ def main(seeds: int, seed_start: int, arms: str, data_dir: Path, generator_steps
         table[arm] = {"per_seed": per_seed, "by_steps": by_steps(per_seed), "trainer_steps": clocks,
                       "served_per_seed": got, "served": served_summary(got)}
         click.echo(f"{arm}: {table[arm]['by_steps']}\n{arm} served: {table[arm]['served']}")
-    click.echo(f"paired: {paired(table)}")
-    write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table, "paired": paired(table),
+    pairs = paired(table)
+    click.echo(f"paired: {pairs}")
+    write_result(name, {"scenario": scenario.__dict__, "block_cycles": BLOCK, "arms": table, "paired": pairs,
                         "seeds": list(range(seed_start, seed_start + seeds)),
                         "synthetic": "SYNTHETIC solvers on both sides: a sanity instrument, not a model"})
     plot(table, RESULTS / f"{name}.png")
