@@ -6,6 +6,10 @@
 * the hard time limit is below the broker's visibility timeout (checked by the config), so a slow
   task is killed before Redis would hand its message to a second worker.
 * results go to the store (idempotent trial rows), not to a result backend.
+* Redis only: a message a worker has popped but not yet recorded as unacked (a window of a
+  round trip, in kombu's transport) is lost if that worker is killed right then. The leader
+  covers it: a spot-check with no label after ``spotcheck.deadline_s`` is sent again, and the
+  trial rows are idempotent. RabbitMQ has no such window.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ def queue_name(run_name: str, kind: str = "spotcheck") -> str:
 app = Celery("propel", include=["workers.tasks"])
 
 
+def restore_interval_s(visibility_timeout_s: int) -> int:
+    """Seconds between a Redis worker's sweeps for messages of dead workers (a quarter of the timeout)."""
+    return max(1, visibility_timeout_s // 4)
+
+
 def configure_app(s: WorkerSettings) -> Celery:
     """Point the app at the broker and set the reliability options; returns the app."""
     if app.conf.broker_url and app.conf.broker_url != s.broker_url:
@@ -35,9 +44,13 @@ def configure_app(s: WorkerSettings) -> Celery:
         # Redis: a killed worker's unacked message comes back once it is older than the visibility
         # timeout, but kombu only sweeps every interval × throttle (10 × 10 s by default), so a
         # short timeout alone still meant ~100 s of delay (measured). Sweep at a quarter of it.
+        # The sweep holds a lock shared by every worker on the database; kombu keeps a dead holder's lock
+        # for 300 s, so a worker killed mid-sweep stopped every other worker's restores for 5 minutes.
+        # A sweep takes milliseconds: let a dead holder's lock lapse by the next sweep.
         broker_transport_options={"visibility_timeout": s.visibility_timeout_s,
-                                  "unacked_restore_interval": max(1, s.visibility_timeout_s // 4),
-                                  "unacked_restore_throttle": 1},
+                                  "unacked_restore_interval": restore_interval_s(s.visibility_timeout_s),
+                                  "unacked_restore_throttle": 1,
+                                  "unacked_mutex_expire": restore_interval_s(s.visibility_timeout_s)},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
