@@ -11,7 +11,8 @@ outcome, the probe name is unique). The job:
 2. trains a challenger on the rest with the champion's feature spec on the same frozen reference;
 3. scores champion and challenger on the held-out labels and applies :func:`decide`: the challenger
    wins only with a higher balanced accuracy and an ECE no worse (within ``ece_tolerance``; a champion at
-   chance has no ECE to defend), or when the champion learned another solver's labels (:func:`foreign_champion`);
+   chance has no ECE to defend), or when the champion learned another solver's labels or aims at another band
+   (:func:`foreign_champion`);
 4. registers the challenger (inactive) and records the decision and both scores on the job row.
 
 The leader activates a promoted challenger in place of the champion between RL chunks (as it does
@@ -191,7 +192,7 @@ def run_refresh(store: Store, spec: Any, domain: Domain, extractor: FeatureExtra
     champ_score = None if champions is None else _ensemble_score(
         ProbeEnsemble(champions, spec.combine), extractor, [data.texts[i] for i in hold], y_hold)
     verdict = decide(champ_score, ch_score, min_holdout=max(2, min(8, len(hold))),
-                     foreign=foreign_champion(champions or (), spec.solver))
+                     foreign=foreign_champion(champions or (), spec.solver, spec.band))
     uris = []
     with tempfile.TemporaryDirectory(prefix="propel-probe-") as tmp:
         for probe in challengers:
@@ -211,13 +212,20 @@ def champion_uris(spec: Any) -> list[str]:
     return members or ([spec.champion] if spec.champion else [])
 
 
-def foreign_champion(champions: Sequence[Probe], solver: str) -> str | None:
-    """The line that says the champion learned another solver's labels than ``solver``'s (None: it learned
-    this solver's, or says nothing of whose: an artifact written before probes named their solver)."""
+def foreign_champion(champions: Sequence[Probe], solver: str, band: Band | None = None) -> str | None:
+    """The line that says the champion learned another solver's labels than ``solver``'s, or aims at another
+    band than ``band`` (None: it learned this solver's and aims here, or says nothing of whose: an artifact
+    written before probes named their solver). A followed trainer's refresh aims at a band lowered by the
+    lead it decided (``frontier.trainer_band_lead = "auto"`` changes it between refreshes): a champion aimed
+    ahead must not keep emission there once the lead went back to 0, by a tie on a few hundred labels."""
     theirs = {str(p.training["solver"]) for p in champions if p.training.get("solver")}
-    if not solver or not theirs or solver in theirs:
+    if solver and theirs and solver not in theirs:
+        return f"the champion learned {', '.join(sorted(theirs))}'s labels, not {solver}'s"
+    aims = {(int(p.k), *map(int, p.band)) for p in champions if getattr(p, "band", None) is not None}
+    if band is None or not aims or (band.k, band.lo, band.hi) in aims:
         return None
-    return f"the champion learned {', '.join(sorted(theirs))}'s labels, not {solver}'s"
+    said = ", ".join(f"{lo}-{hi} of {k}" for k, lo, hi in sorted(aims))
+    return f"the champion aims at {said} solves, this refresh at {band.lo}-{band.hi} of {band.k}"
 
 
 def member_name(name: str, member: int) -> str:

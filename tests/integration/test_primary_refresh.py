@@ -100,6 +100,36 @@ def test_a_champion_of_another_solver_does_not_guard_this_ones_frontier(store: S
     assert not again.result["promote"] and "does not beat" in again.result["reason"]
 
 
+def test_a_champion_aimed_ahead_does_not_guard_the_band_itself(store: Store, tmp_path: Path) -> None:
+    """``frontier.trainer_band_lead = "auto"`` decides the lead anew at each refresh. A champion trained while
+    the lead was 1 (aimed at 0-2 solves) is replaced by the next refresh at the band itself whatever the scores
+    on the holdout, and the verdict says why; a refresh at its own band again is judged on accuracy alone."""
+    run_id, ids = arith_run(store, 160, name="rl")
+    ref, artifacts = tiny_reference(), artifacts_for(store, tmp_path)
+    solver = SyntheticArithSolver(seed=1, offset=4.0)
+    spotcheck_version(store, solver, ids, "", run_id)
+    ahead = BAND.lowered(1)
+
+    def refresh(name: str, lead: int, champion: str = "") -> retrain.RetrainOutcome:
+        band = ahead if lead else BAND
+        spec = spec_for(run_id, ref, name=name, solver=solver.solver_id, champion=champion, role="primary",
+                        refresh_min_labels=16, holdout_share=0.3, threshold=0.5, staleness={"keep_versions": 9},
+                        band_lo=band.lo, band_hi=band.hi, band_lead=lead)
+        return run_retrain(store, spec, ArithDomain(), FeatureExtractor(ref), artifacts)
+
+    def uri(outcome: retrain.RetrainOutcome) -> str:
+        with store.session() as s:
+            return s.scalars(select(ProbeRow.artifact_uri).where(ProbeRow.id == outcome.probe_id)).one()
+
+    aimed = refresh("rl-primary-0", 1)
+    assert aimed.state == "done" and aimed.result["promote"], aimed.result
+    same = refresh("rl-primary-1", 1, uri(aimed))
+    assert not same.result["promote"] and "does not beat" in same.result["reason"]
+    back = refresh("rl-primary-2", 0, uri(aimed))
+    assert back.result["promote"], back.result["reason"]
+    assert "the champion aims at 0-2 of 8 solves, this refresh at 1-3 of 8" in back.result["reason"]
+
+
 class RescoringEngine(FakeEngine):
     """The fake engine whose scores drop by 0.2 once a new primary is loaded: the refreshed probe
     rates the easy end of the old frontier lower (what a stronger solver's labels teach it)."""

@@ -84,6 +84,32 @@ def test_foreign_champion(solvers: tuple[str | None, ...], followed: str, foreig
     assert foreign_champion(trained_for(*solvers), followed) == foreign
 
 
+def aimed_at(*bands: tuple[int, int]) -> list[Probe]:
+    """Champion members of one solver's labels, each aimed at a band of 8 attempts."""
+    return [cast(Probe, SimpleNamespace(training={"solver": "my-policy"}, band=b, k=8)) for b in bands]
+
+
+@pytest.mark.parametrize(("bands", "refresh", "foreign"), [
+    (((0, 2),), Band(8, 1, 3), "the champion aims at 0-2 of 8 solves, this refresh at 1-3 of 8"),  # lead 1 → 0
+    (((1, 3),), Band(8, 1, 3).lowered(1), "the champion aims at 1-3 of 8 solves, this refresh at 0-2 of 8"),
+    (((1, 3), (1, 3)), Band(8, 1, 3), None),  # the same band: the accuracy gate decides
+    (((1, 3),), Band(16, 1, 3), "the champion aims at 1-3 of 8 solves, this refresh at 1-3 of 16"),
+    (((0, 2), (1, 3)), Band(8, 1, 3), None),  # one member aims here: it guards
+])
+def test_a_champion_aimed_at_another_band_does_not_guard_this_one(
+        bands: tuple[tuple[int, int], ...], refresh: Band, foreign: str | None) -> None:
+    assert foreign_champion(aimed_at(*bands), "my-policy", refresh) == foreign
+    assert foreign_champion(aimed_at(*bands), "my-policy") is None  # a spec without a band judges no band
+
+
+def test_a_foreign_band_promotes_the_challenger_on_a_tie() -> None:
+    tie = HoldoutScore(0.6, 0.05, 40)
+    assert not decide(tie, tie).promote
+    why = foreign_champion(aimed_at((0, 2)), "my-policy", Band(8, 1, 3))
+    verdict = decide(tie, tie, foreign=why)
+    assert verdict.promote and "aims at 0-2 of 8" in verdict.reason
+
+
 @pytest.mark.parametrize(("source", "solved", "valid", "verdict"), [
     ("consumer", 0, 8, True), ("consumer", 2, 8, True), ("consumer", 3, 8, False),  # band 1-3 lowered to 0-2
     ("consumer", 4, 16, True), ("consumer", 6, 16, False),  # a trainer's group of 16: the rate counts
