@@ -159,8 +159,8 @@ def test_a_worker_killed_mid_sweep_holds_the_restore_lock_one_interval_not_five_
     with app.connection_for_write() as conn:
         channel = conn.default_channel
         client = channel.client
-        key = channel.unacked_mutex_key
-        client.delete(key)
+        # the sweep's expiry on a key of this test's own (the shared one belongs to the other tests' workers)
+        key = f"{channel.unacked_mutex_key}.{uuid.uuid4().hex[:8]}"
         sweep = Mutex(client, key, channel.unacked_mutex_expire)
         sweep.__enter__()  # the sweeper dies here: nothing releases the lock
         try:
