@@ -30,16 +30,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 N_TASKS, K = 50, 8
 
 
-def _config(tmp_path: Path, pg_url: str, broker_url: str, latency_s: float) -> tuple[Path, str]:
+def _config(tmp_path: Path, pg_url: str, broker_url: str, latency_s: float, visibility_s: int = 8,
+            name: str = "worker") -> tuple[Path, str]:
     run = f"ct{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "worker.toml"
+    path = tmp_path / f"{name}.toml"
     path.write_text(f'''run_name = "{run}"
 data_dir = "{tmp_path}"
 [store]
 url = "{pg_url}"
 [broker]
 url = "{broker_url}"
-visibility_timeout_s = 8
+visibility_timeout_s = {visibility_s}
 task_time_limit_s = 6
 [solver]
 backend = "synthetic"
@@ -164,7 +165,56 @@ def test_a_worker_killed_mid_sweep_holds_the_restore_lock_one_interval_not_five_
         sweep = Mutex(client, key, channel.unacked_mutex_expire)
         sweep.__enter__()  # the sweeper dies here: nothing releases the lock
         try:
-            ttl = client.ttl(key)
+            ttl = client.ttl(client.global_keyprefix + key)  # TTL is not among the commands kombu prefixes
             assert 0 < ttl <= restore_interval_s(8) == 2, f"a dead sweeper's lock lives {ttl} s"
         finally:
             client.delete(key)
+
+
+def test_a_runs_sweep_leaves_another_runs_messages_alone(tmp_path: Path, pg_url: str, redis_url: str) -> None:
+    """Two runs on one Redis database: run ``fast`` (visibility 8 s) sweeps for dead workers' messages while
+    run ``slow`` (an hour) has one in flight for 100 s. Kombu's unacked bookkeeping is one set of keys per
+    database unless prefixed: the fast run's sweep took the slow run's message back to its queue, and a
+    second worker ran it while the first still did. Each run's keys start with its own prefix now."""
+    from kombu.transport.redis import dumps
+
+    from daemon.config import load_config
+    from daemon.service.settings import worker_settings
+    from workers.app import configure_app, key_prefix, queue_name
+
+    fast = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, 8, "fast")[0]))
+    slow = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, 3600, "slow")[0]))
+    tag = uuid.uuid4().hex
+    with configure_app(slow).connection_for_write() as conn:  # a live worker of the slow run holds a message
+        ch = conn.default_channel
+        raw = {"body": "", "properties": {"delivery_tag": tag}, "headers": {}}
+        ch.client.zadd(ch.unacked_index_key, {tag: time.time() - 100})
+        ch.client.hset(ch.unacked_key, tag, dumps([raw, queue_name(slow.run_name), queue_name(slow.run_name)]))
+    with configure_app(fast).connection_for_write() as conn:  # the fast run's sweep
+        conn.default_channel.qos.restore_visible(num=100, interval=1)
+    with configure_app(slow).connection_for_write() as conn:
+        ch = conn.default_channel
+        try:
+            held = [t.decode() for t in ch.client.zrange(ch.unacked_index_key, 0, -1)]  # prefixed by kombu
+            assert tag in held and ch.client.hget(ch.unacked_key, tag) is not None, "the other run's sweep took it"
+        finally:
+            ch.client.zrem(ch.unacked_index_key, tag)
+            ch.client.hdel(ch.unacked_key, tag)
+        assert getattr(ch.client, "global_keyprefix", None) == key_prefix(slow.run_name)
+
+
+def test_a_process_that_dispatches_for_two_runs_sends_each_to_its_own_run(
+        tmp_path: Path, pg_url: str, redis_url: str) -> None:
+    """Dispatch goes through the app's pooled connections. Configured for another run on the same broker, the
+    app must drop them: a pooled connection keeps the first run's key prefix, and the second run's jobs
+    went to keys its worker never reads (the retrain test after the frontier one: pending for 180 s)."""
+    from daemon.config import load_config
+    from daemon.service.settings import worker_settings
+    from workers.app import configure_app, key_prefix
+
+    for name in ("first", "second"):
+        settings = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, name=name)[0]))
+        app = configure_app(settings)
+        with app.pool.acquire(block=True) as conn, app.amqp.producer_pool.acquire(block=True) as producer:
+            assert conn.default_channel.client.global_keyprefix == key_prefix(settings.run_name)
+            assert producer.channel.client.global_keyprefix == key_prefix(settings.run_name)
