@@ -23,6 +23,7 @@ BLEU_SLACK = 0.05  # Self-BLEU-3 ≤ base + this
 SPOT_GAP_SHARE = 0.10  # no stretch without spot-checks longer than this share of the budget window
 BUDGET_WINDOW_S = 3600.0
 STALL_CYCLES = 10  # cycles without emission that must raise a reason
+SUPPLY_PER_CYCLE = 1.0  # a window of STALL_CYCLES cycles emitting fewer tasks than this a cycle, queue not full, is dry
 RECOVERY_WITHIN = 20  # cycles after a jump ...
 RECOVERY_SHARE = 0.8  # ... to reach this share of the pre-jump emitted in-band
 RSS_GROWTH = 0.10
@@ -158,6 +159,31 @@ def _stalls(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
     return out
 
 
+def _dry_stretches(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
+    """Consecutive windows of STALL_CYCLES cycles (aligned, the last may be shorter) that emitted fewer than
+    SUPPLY_PER_CYCLE tasks a cycle while the queue had room, merged, with what was emitted and said in them.
+    A stall counts only cycles that emitted nothing: one task every few cycles is a trickle it does not see
+    (run 13: 0.2–1.6 tasks a cycle for 300 cycles, the stall raised 4 times)."""
+    windows = [records[i:i + STALL_CYCLES] for i in range(0, len(records), STALL_CYCLES)]
+    out: list[dict[str, Any]] = []
+    for w in windows:
+        dry = not any(_queue_full(r) for r in w) and \
+            sum(len(r.emitted_in_band) for r in w) < SUPPLY_PER_CYCLE * len(w)
+        if not dry:
+            continue
+        said = {d for r in w for d in r.degraded if "emi" in d} | {a["rule"] for r in w for a in r.alerts
+                                                                  if "emi" in a["rule"]}
+        last = out[-1] if out else None
+        if last is not None and last["cycles"][1] + 1 == w[0].cycle:
+            last["cycles"][1] = w[-1].cycle
+            last["emitted"] += sum(len(r.emitted_in_band) for r in w)
+            last["raised"] = sorted(set(last["raised"]) | said)
+        else:
+            out.append({"cycles": [w[0].cycle, w[-1].cycle], "emitted": sum(len(r.emitted_in_band) for r in w),
+                        "raised": sorted(said)})
+    return out
+
+
 def _recoveries(records: Sequence[CycleRecord], announced: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per announce: emitted in-band over the 8 cycles before it and over cycles 12–19 after it."""
     by_cycle = {r.cycle: r for r in records}
@@ -183,7 +209,9 @@ def _all(flags: Sequence[bool | None]) -> bool | None:
 
 def goals(blocks: Sequence[dict[str, Any]], records: Sequence[CycleRecord], base: dict[str, Any],
           announced: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Each goal of issue #34 over the blocks so far: ``met`` True/False (None: not measurable yet)."""
+    """Each goal of issue #34 over the blocks so far: ``met`` True/False (None: not measurable yet); and one of
+    ours, ``supply_ge_1_per_cycle``: no window of STALL_CYCLES cycles with the queue's room left and under one
+    emitted task a cycle (a trainer downstream starves in a trickle the stall goal does not see)."""
     if not blocks:
         return {}
     first_top = next((r.metrics["top_topic_share"] for r in records if "top_topic_share" in r.metrics), None)
@@ -198,7 +226,7 @@ def goals(blocks: Sequence[dict[str, Any]], records: Sequence[CycleRecord], base
     bleu = [None if base.get("self_bleu3") is None or b["self_bleu3"] is None
             else b["self_bleu3"] <= base["self_bleu3"] + BLEU_SLACK for b in blocks]
     gap_c, gap_s = spot_gaps(records)
-    stalls = _stalls(records)
+    stalls, dry = _stalls(records), _dry_stretches(records)
     recov = _recoveries(records, announced)
     rss0, rss1 = blocks[0]["rss_mib"], blocks[-1]["rss_mib"]
     return {
@@ -214,6 +242,8 @@ def goals(blocks: Sequence[dict[str, Any]], records: Sequence[CycleRecord], base
                                           "longest_gap_s": gap_s, "longest_gap_cycles": gap_c,
                                           "limit_s": SPOT_GAP_SHARE * BUDGET_WINDOW_S},
         "emission_never_stops_silently": {"met": all(s["raised"] for s in stalls), "stalls": stalls},
+        "supply_ge_1_per_cycle": {"met": not dry, "dry_cycles": sum(d["cycles"][1] - d["cycles"][0] + 1 for d in dry),
+                                  "stretches": dry},
         "recovery_after_jump": {"met": _all([r["met"] for r in recov]), "jumps": recov},
         "rss_growth_lt_10pct": {"met": (rss1 - rss0) / rss0 < RSS_GROWTH, "first_block_mib": rss0,
                                 "last_block_mib": rss1},

@@ -68,6 +68,22 @@ def test_a_silent_emission_stall_fails_and_one_with_a_named_reason_passes() -> N
     assert goals([block(short)], short, BASE, [])["emission_never_stops_silently"]["stalls"] == []
 
 
+def test_a_trickle_the_stall_goal_passes_is_a_dry_stretch_of_the_supply_goal() -> None:
+    """One task every third cycle for 30 cycles: never 10 empty cycles in a row (no stall), under a task a cycle."""
+    trickle = [rec(c, [0.5] if c % 3 == 0 else [], [0.3]) for c in range(30)]
+    g = goals([block(trickle)], trickle, BASE, [])
+    assert g["emission_never_stops_silently"] == {"met": True, "stalls": []}
+    assert g["supply_ge_1_per_cycle"] == {"met": False, "dry_cycles": 30,
+                                          "stretches": [{"cycles": [0, 29], "emitted": 10, "raised": []}]}
+    fed = [rec(c, [0.5] * (12 if c < 10 else 0), [0.3]) for c in range(25)]  # 120 in the first window, then none
+    fed[24].degraded = ["emission_stalled"]
+    assert goals([block(fed)], fed, BASE, [])["supply_ge_1_per_cycle"]["stretches"] == [
+        {"cycles": [10, 24], "emitted": 0, "raised": ["emission_stalled"]}]
+    for r in trickle:
+        r.metrics["backpressure"] = 1.0  # a full queue: nothing may be emitted, nothing is short
+    assert goals([block(trickle)], trickle, BASE, [])["supply_ge_1_per_cycle"]["met"] is True
+
+
 def test_a_full_queue_is_backpressure_not_a_stall() -> None:
     full = [rec(c, [], [0.3]) for c in range(12)]
     for r in full[2:]:
