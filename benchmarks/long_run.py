@@ -18,8 +18,8 @@ sampled task under the solver version current at the time, validity, Self-BLEU-3
 share, alerts and mitigations, degraded reasons, solver trials, spot-checks per cycle, emitted count,
 RSS and phase times; the untrained generator's in-band and diversity once at start; each goal of the
 issue met or not, and ``supply_ge_1_per_cycle`` (no 10-cycle window under a task a cycle with room in the queue:
-a trickle the stall goal does not see, run 13). ``benchmarks/results/long_run.json`` is rewritten after every block (an interrupted
-run keeps its data); ``--plot-only`` re-renders the PNG from it.
+a trickle the stall goal does not see, run 13). ``benchmarks/results/long_run.json`` is rewritten after every
+block (an interrupted run keeps its data); ``--plot-only`` re-renders the PNG from it.
 
     python -m benchmarks.long_run                       # 500 cycles, frozen then rising (hours)
     python -m benchmarks.long_run --quick               # a few cycles: checks the wiring
