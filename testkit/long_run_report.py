@@ -152,11 +152,15 @@ def _stalls(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
             continue
         if start is not None and i - start >= STALL_CYCLES:
             span = records[start:i]
-            said = sorted({d for x in span for d in x.degraded if "emi" in d} |
-                          {a["rule"] for x in span for a in x.alerts if "emi" in a["rule"]})
-            out.append({"cycles": [span[0].cycle, span[-1].cycle], "raised": said})
+            out.append({"cycles": [span[0].cycle, span[-1].cycle], "raised": sorted(_said(span))})
         start = None
     return out
+
+
+def _said(span: Sequence[CycleRecord]) -> set[str]:
+    """The degraded reasons and alerts that name emission over ``span``."""
+    return {d for x in span for d in x.degraded if "emi" in d} | {a["rule"] for x in span for a in x.alerts
+                                                                  if "emi" in a["rule"]}
 
 
 def _dry_stretches(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
@@ -164,23 +168,18 @@ def _dry_stretches(records: Sequence[CycleRecord]) -> list[dict[str, Any]]:
     SUPPLY_PER_CYCLE tasks a cycle while the queue had room, merged, with what was emitted and said in them.
     A stall counts only cycles that emitted nothing: one task every few cycles is a trickle it does not see
     (run 13: 0.2–1.6 tasks a cycle for 300 cycles, the stall raised 4 times)."""
-    windows = [records[i:i + STALL_CYCLES] for i in range(0, len(records), STALL_CYCLES)]
     out: list[dict[str, Any]] = []
-    for w in windows:
-        dry = not any(_queue_full(r) for r in w) and \
-            sum(len(r.emitted_in_band) for r in w) < SUPPLY_PER_CYCLE * len(w)
-        if not dry:
+    for i in range(0, len(records), STALL_CYCLES):
+        w = records[i:i + STALL_CYCLES]
+        emitted = sum(len(r.emitted_in_band) for r in w)
+        if any(_queue_full(r) for r in w) or emitted >= SUPPLY_PER_CYCLE * len(w):
             continue
-        said = {d for r in w for d in r.degraded if "emi" in d} | {a["rule"] for r in w for a in r.alerts
-                                                                  if "emi" in a["rule"]}
-        last = out[-1] if out else None
-        if last is not None and last["cycles"][1] + 1 == w[0].cycle:
-            last["cycles"][1] = w[-1].cycle
-            last["emitted"] += sum(len(r.emitted_in_band) for r in w)
-            last["raised"] = sorted(set(last["raised"]) | said)
+        if out and out[-1]["cycles"][1] + 1 == w[0].cycle:  # continues the stretch before it
+            last = out[-1]
+            last["cycles"][1], last["emitted"] = w[-1].cycle, last["emitted"] + emitted
+            last["raised"] = sorted(set(last["raised"]) | _said(w))
         else:
-            out.append({"cycles": [w[0].cycle, w[-1].cycle], "emitted": sum(len(r.emitted_in_band) for r in w),
-                        "raised": sorted(said)})
+            out.append({"cycles": [w[0].cycle, w[-1].cycle], "emitted": emitted, "raised": sorted(_said(w))})
     return out
 
 

@@ -25,6 +25,7 @@ from curriculum.store import repo
 from curriculum.store.db import Store
 from curriculum.store.models import SolverTrial
 from workers.local import start_worker, stop
+from workers.runtime import WorkerSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 N_TASKS, K = 50, 8
@@ -93,15 +94,20 @@ def _unlabelled(store: Store, ids: list[int]) -> list[int]:
     return [t for t in ids if rows.get(t, 0) < K]
 
 
-def _dispatch(cfg: Path, ids: list[int]) -> None:
-    """``ids`` to the run's queue in batches of 5, as the leader dispatches them."""
+def _settings(cfg: Path) -> WorkerSettings:
     from daemon.config import load_config
     from daemon.service.settings import worker_settings
+
+    return worker_settings(load_config(cfg))
+
+
+def _dispatch(cfg: Path, ids: list[int]) -> None:
+    """``ids`` to the run's queue in batches of 5, as the leader dispatches them."""
     from workers import runtime
     from workers.app import configure_app
     from workers.tasks import dispatch_spotchecks
 
-    settings = worker_settings(load_config(cfg))
+    settings = _settings(cfg)
     runtime.configure(settings)
     configure_app(settings)
     solver_id = build_solver("synthetic").solver_id
@@ -151,12 +157,9 @@ def test_a_worker_killed_mid_sweep_holds_the_restore_lock_one_interval_not_five_
     the next sweep, so the other workers' restores go on."""
     from kombu.transport.redis import Mutex
 
-    from daemon.config import load_config
-    from daemon.service.settings import worker_settings
     from workers.app import configure_app, restore_interval_s
 
-    cfg, _ = _config(tmp_path, pg_url, redis_url, latency_s=0.0)
-    app = configure_app(worker_settings(load_config(cfg)))
+    app = configure_app(_settings(_config(tmp_path, pg_url, redis_url, latency_s=0.0)[0]))
     with app.connection_for_write() as conn:
         channel = conn.default_channel
         client = channel.client
@@ -178,12 +181,10 @@ def test_a_runs_sweep_leaves_another_runs_messages_alone(tmp_path: Path, pg_url:
     second worker ran it while the first still did. Each run's keys start with its own prefix now."""
     from kombu.transport.redis import dumps
 
-    from daemon.config import load_config
-    from daemon.service.settings import worker_settings
     from workers.app import configure_app, key_prefix, queue_name
 
-    fast = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, 8, "fast")[0]))
-    slow = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, 3600, "slow")[0]))
+    fast = _settings(_config(tmp_path, pg_url, redis_url, 0.0, 8, "fast")[0])
+    slow = _settings(_config(tmp_path, pg_url, redis_url, 0.0, 3600, "slow")[0])
     tag = uuid.uuid4().hex
     with configure_app(slow).connection_for_write() as conn:  # a live worker of the slow run holds a message
         ch = conn.default_channel
@@ -208,12 +209,10 @@ def test_a_process_that_dispatches_for_two_runs_sends_each_to_its_own_run(
     """Dispatch goes through the app's pooled connections. Configured for another run on the same broker, the
     app must drop them: a pooled connection keeps the first run's key prefix, and the second run's jobs
     went to keys its worker never reads (the retrain test after the frontier one: pending for 180 s)."""
-    from daemon.config import load_config
-    from daemon.service.settings import worker_settings
     from workers.app import configure_app, key_prefix
 
     for name in ("first", "second"):
-        settings = worker_settings(load_config(_config(tmp_path, pg_url, redis_url, 0.0, name=name)[0]))
+        settings = _settings(_config(tmp_path, pg_url, redis_url, 0.0, name=name)[0])
         app = configure_app(settings)
         with app.pool.acquire(block=True) as conn, app.amqp.producer_pool.acquire(block=True) as producer:
             assert conn.default_channel.client.global_keyprefix == key_prefix(settings.run_name)
